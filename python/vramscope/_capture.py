@@ -156,6 +156,19 @@ def _outside(fn: str) -> bool:
     )
 
 
+def _kept(func, name: str, value):
+    """`value`, kept on op `func` as its attribute `name` and returned: a fact the twin reads of an
+    op once (`_pointwise`, `_facts`, `_dispatch_checks`, ...), read back as `func.name`. A dict
+    keyed by the op hashes it at each lookup through `OpOverload.__hash__`, a Python method
+    (`hash(self._op)`, torch/_ops.py): some 35 calls per op the 8B Llama step dispatches. An object
+    that takes no attribute keeps nothing (the fact is read again)."""
+    try:
+        setattr(func, name, value)
+    except (AttributeError, TypeError):
+        pass
+    return value
+
+
 def _user_frame():
     """The innermost frame outside torch and vramscope (its examples are programs; None if
     there is none). On the twin's autograd device thread the walk goes on from the frame that
@@ -403,9 +416,6 @@ def wrapper_device_message(common: str, device: str, name: str, method: str) -> 
     )
 
 
-#: whether an op is pointwise (a TensorIterator op: `torch.Tag.pointwise`), by op
-_POINTWISE: dict = {}
-
 _POINTWISE_DEVICES = (
     "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 )
@@ -415,10 +425,7 @@ def _check_pointwise_devices(func, args) -> None:
     """TensorIterator's device check of a pointwise op (`compute_types`, TensorIterator.cpp): an
     operand on the host that is not 0-dim beside a CUDA one raises. The meta device's in-place
     kernels (`mul_`, `add_`, ...) do not check, so the twin went on where the GPU raises."""
-    pointwise = _POINTWISE.get(func)
-    if pointwise is None:
-        pointwise = _POINTWISE[func] = torch.Tag.pointwise in getattr(func, "tags", ())
-    if not pointwise:
+    if not _pointwise(func):
         return
     cuda = host = False
     for a in args:
@@ -632,22 +639,23 @@ def _refuse_complex(func, args) -> None:
 
 
 #: whether an aten op has no kernel at the CUDA key, by op (a cache)
-_NO_CUDA_KERNEL: dict = {}
 _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 def no_cuda_kernel(func) -> bool:
     """Whether aten op `func` has no kernel at the CUDA key in the dispatcher's computed table (the
     CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`)."""
-    missing = _NO_CUDA_KERNEL.get(func)
-    if missing is None:
+    try:
+        return func._vramscope_no_cuda_kernel
+    except AttributeError:
         name = func.name()
-        missing = _NO_CUDA_KERNEL[func] = (
+        return _kept(
+            func,
+            "_vramscope_no_cuda_kernel",
             func.namespace == "aten"
             and "_for_cpu" not in name
-            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA")
+            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA"),
         )
-    return missing
 
 
 def _refuse_without_cuda_kernel(func, args, kwargs) -> None:
@@ -835,13 +843,38 @@ _CPU_LOOPS = {
 }
 
 
+def _dispatch_checks(func) -> tuple:
+    """What `Capture.dispatch` reads of `func` in its fixed tables, read once per op (`_kept`):
+    whether the generated wrapper checks its operands' device (`_SAME_DEVICE`), its shape check
+    (`_SHAPE_CHECKS`), whether complex operands are refused (`_COMPLEX_REFUSED`), whether only
+    its meta function alerts (`_META_ALERT_ONLY`), whether it is a normal draw (`_NORMAL_DRAWS`),
+    its kernel module (`_MODULE_OPS`)."""
+    try:
+        return func._vramscope_dispatch_checks
+    except AttributeError:
+        checks = (
+            func in _SAME_DEVICE,
+            _SHAPE_CHECKS.get(func),
+            func in _COMPLEX_REFUSED,
+            func in _META_ALERT_ONLY,
+            func in _NORMAL_DRAWS,
+            _MODULE_OPS.get(func),
+        )
+        return _kept(func, "_vramscope_dispatch_checks", checks)
+
+
 def _host_parallel(func, args, kwargs, out) -> int:
     """A CPU op whose TensorIterator loop `at::parallel_for` splits: a pointwise op (or a fill, a
     zero, a host-to-host copy) of more than ATen's grain size (32,768 elements) on host tensors only
     (TensorIteratorBase::for_each; Parallel-inl.h's `parallel_for` opens an OpenMP parallel region
     over more than the grain size: the process's first one starts the pool's workers). Random
     kernels run serially. Views and other factories compute nothing. The loop's elements, else 0."""
-    if func in _SERIAL_CPU or not (func in _CPU_LOOPS or _pointwise(func)):
+    try:
+        loops = func._vramscope_host_loops
+    except AttributeError:
+        loops = func not in _SERIAL_CPU and (func in _CPU_LOOPS or _pointwise(func))
+        _kept(func, "_vramscope_host_loops", loops)
+    if not loops:
         return 0
     result = out if isinstance(out, torch.Tensor) else args[0] if args else None
     if not isinstance(result, torch.Tensor) or result.layout is not torch.strided:
@@ -1738,44 +1771,35 @@ _KERNELS = _tensor.kernels()
 
 #: fresh results of meta kernels by the op and its arguments' metadata (`_meta_cached`)
 _META_CACHE: dict = {}
-_FRESH: dict = {}
-_INPLACE: dict = {}
 
 
-#: an op's schema facts (`_facts`)
-_FACTS: dict = {}
-
-#: whether an op has the `pointwise` tag, and the `nondeterministic_seeded` one, by op (a cache:
-#: an OpOverload's tags do not change, and `Tag in func.tags` compares pybind enums one by one,
-#: 3.8 us a test)
-_POINTWISE_OPS: dict = {}
-_SEEDED_OPS: dict = {}
+# An OpOverload's tags and schema do not change: what the twin reads of them is kept on the op
+# (`_kept`); `Tag in func.tags` compares pybind enums one by one, 3.8 us a test
 
 
 def _pointwise(func) -> bool:
-    """`torch.Tag.pointwise in func.tags`, read once per op."""
-    tagged = _POINTWISE_OPS.get(func)
-    if tagged is None:
-        tagged = _POINTWISE_OPS[func] = torch.Tag.pointwise in func.tags
-    return tagged
+    """`torch.Tag.pointwise in func.tags` (False for an op without tags), read once per op."""
+    try:
+        return func._vramscope_pointwise
+    except AttributeError:
+        return _kept(func, "_vramscope_pointwise", torch.Tag.pointwise in getattr(func, "tags", ()))
 
 
 def _seeded(func) -> bool:
     """`torch.Tag.nondeterministic_seeded in func.tags`, read once per op."""
-    tagged = _SEEDED_OPS.get(func)
-    if tagged is None:
-        tagged = _SEEDED_OPS[func] = torch.Tag.nondeterministic_seeded in func.tags
-    return tagged
+    try:
+        return func._vramscope_seeded
+    except AttributeError:
+        return _kept(func, "_vramscope_seeded", torch.Tag.nondeterministic_seeded in func.tags)
 
 
 def _facts(func) -> tuple:
-    """`(func._schema.name, func.namespace == "aten", func._schema.is_mutable)`, read once per op
-    (its schema does not change)."""
-    facts = _FACTS.get(func)
-    if facts is None:
+    """`(func._schema.name, func.namespace == "aten", func._schema.is_mutable)`, read once per op."""
+    try:
+        return func._vramscope_facts
+    except AttributeError:
         schema = func._schema
-        facts = _FACTS[func] = (schema.name, func.namespace == "aten", schema.is_mutable)
-    return facts
+        return _kept(func, "_vramscope_facts", (schema.name, func.namespace == "aten", schema.is_mutable))
 
 
 _UNINITIALIZED = torch.nn.parameter.UninitializedTensorMixin
@@ -1784,16 +1808,17 @@ _UNINITIALIZED = torch.nn.parameter.UninitializedTensorMixin
 def _fresh(func) -> bool:
     """Whether `func` returns only new tensors (no view, no in-place, no list): its results are
     determined by its arguments' metadata."""
-    fresh = _FRESH.get(func)
-    if fresh is None:
+    try:
+        return func._vramscope_fresh
+    except AttributeError:
         schema = func._schema
-        fresh = (
+        return _kept(
+            func,
+            "_vramscope_fresh",
             not schema.is_mutable
             and len(schema.returns) > 0
-            and all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns)
+            and all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns),
         )
-        _FRESH[func] = fresh
-    return fresh
 
 
 def _key(x):
@@ -1814,21 +1839,22 @@ def _key(x):
 
 def _in_place(func) -> bool:
     """Whether `func` writes its first argument and returns it (`add_`, `normal_`, `fill_`, ...)."""
-    inplace = _INPLACE.get(func)
-    if inplace is None:
+    try:
+        return func._vramscope_in_place
+    except AttributeError:
         schema = func._schema
         args, rets = schema.arguments, schema.returns
-        inplace = (
+        return _kept(
+            func,
+            "_vramscope_in_place",
             len(rets) == 1
             and bool(args)
             and rets[0].alias_info is not None
             and args[0].alias_info is not None
             and rets[0].alias_info.is_write
             and rets[0].alias_info.before_set == args[0].alias_info.before_set
-            and schema.name not in ("aten::set_", "aten::resize_", "aten::resize_as_")
+            and schema.name not in ("aten::set_", "aten::resize_", "aten::resize_as_"),
         )
-        _INPLACE[func] = inplace
-    return inplace
 
 
 def _layout(t: torch.Tensor):
@@ -2030,7 +2056,7 @@ def _meta_cached(func, args, kwargs):
     held = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
     if any(isinstance(o, torch.Tensor) and o.untyped_storage()._cdata in held for o in outs):
         # a view the schema does not annotate (`_unsafe_view`): never cached
-        _FRESH[func] = False
+        _kept(func, "_vramscope_fresh", False)
         return out
     if all(
         isinstance(o, torch.Tensor) and o.is_meta and o.storage_offset() == 0 and not o._is_zerotensor()
@@ -2526,20 +2552,15 @@ _below_autograd = functools.partial(
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
 _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
-#: whether an op has a CompositeImplicitAutograd kernel at all, by op (a cache)
-_HAS_COMPOSITE: dict = {}
-#: whether an op has a kernel for the CUDA dispatch key, by op (a cache)
-_HAS_CUDA_KERNEL: dict = {}
 
 
 def _has_composite(func) -> bool:
     """Whether `func` has a CompositeImplicitAutograd kernel (cached)."""
-    has = _HAS_COMPOSITE.get(func)
-    if has is None:
-        has = _HAS_COMPOSITE[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
-            func.name(), "CompositeImplicitAutograd"
-        )
-    return has
+    try:
+        return func._vramscope_has_composite
+    except AttributeError:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+        return _kept(func, "_vramscope_has_composite", has)
 
 
 def _plain_below_autograd(func, args, kwargs) -> bool:
@@ -2551,9 +2572,11 @@ def _plain_below_autograd(func, args, kwargs) -> bool:
     other backends); ops on the subclass itself go to its kernels; composites returning views (its
     `chunk` of the values) stay whole: they allocate nothing, and their Python decompositions lose
     the nested tensor's view of its offsets (its chunk's backward then sees another ragged size)."""
-    cuda = _HAS_CUDA_KERNEL.get(func)
-    if cuda is None:
-        cuda = _HAS_CUDA_KERNEL[func] = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CUDA")
+    try:
+        cuda = func._vramscope_has_cuda_kernel
+    except AttributeError:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CUDA")
+        cuda = _kept(func, "_vramscope_has_cuda_kernel", has)
     if cuda or any(r.alias_info for r in func._schema.returns):
         return False
     tensors = _tensors((args, kwargs))
@@ -3662,20 +3685,20 @@ class Capture:
         after its op's allocations. An index op whose known indices fall outside their dimension
         fails as the GPU's kernel assert does, at the op (as under CUDA_LAUNCH_BLOCKING=1; the GPU
         reports it some ops later), and every later CUDA op fails too."""
-        if func in _SAME_DEVICE:
+        same_device, shapes, complex_refused, meta_alert_only, normal_draw, module = _dispatch_checks(func)
+        if same_device:
             _check_same_device(func, args)
         _check_pointwise_devices(func, args)
-        shapes = _SHAPE_CHECKS.get(func)
         if shapes is not None and len(args) >= 2:
             shapes(args)
-        if func in _COMPLEX_REFUSED:
+        if complex_refused:
             _refuse_complex(func, args)
         alert = _NOT_DETERMINISTIC.get(func) if torch.are_deterministic_algorithms_enabled() else None
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
         try:
-            if func in _META_ALERT_ONLY and torch.are_deterministic_algorithms_enabled():
+            if meta_alert_only and torch.are_deterministic_algorithms_enabled():
                 out = _without_meta_alert(self._dispatch, func, args, kwargs)
             else:
                 out = self._dispatch(func, args, kwargs)
@@ -3691,7 +3714,7 @@ class Capture:
             # exception frees
             del out
             torch._prims_common.alert_not_deterministic(alert[0])
-        if func in _NORMAL_DRAWS:
+        if normal_draw:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
         if not converted and self.arenas_pending:
@@ -3748,7 +3771,6 @@ class Capture:
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()
-        module = _MODULE_OPS.get(func)
         if module and module not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
             # the kernel module's lazy load, after the op's allocations (rule 12)
             self.modules_loaded.add(module)
@@ -4188,10 +4210,15 @@ class Capture:
         flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`), and at an index or of a
         value computed over stand-ins (the result then assumed, as a small op's over stand-ins is).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
-        if func not in _DENSE_FILLS and (
-            func._schema.is_mutable
-            or (func not in _DENSE_COPIES and func not in _DENSE_PRODUCTS and not _pointwise(func))
-        ):
+        try:
+            computes = func._vramscope_dense_values
+        except AttributeError:
+            computes = func in _DENSE_FILLS or not (
+                func._schema.is_mutable
+                or (func not in _DENSE_COPIES and func not in _DENSE_PRODUCTS and not _pointwise(func))
+            )
+            _kept(func, "_vramscope_dense_values", computes)
+        if not computes:
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
