@@ -8209,7 +8209,7 @@ def test_record_memory_history_skip_actions_and_max_entries_shape_the_trace():
 def test_the_facts_read_of_an_op_once_are_kept_on_it_and_read_back_without_hashing_it(monkeypatch):
     # `OpOverload.__hash__` is a Python method: each lookup of an op in a dict keyed by it called it
     # (some 35 per op dispatched in the 8B Llama step); the facts read of an op once are kept on it
-    from vramscope import _capture
+    from vramscope import _capture, _philox
 
     aten = torch.ops.aten
     ops = (aten.add.Tensor, aten.add_.Tensor, aten.mm.default, aten.linear.default, aten.cat.default)
@@ -8222,6 +8222,9 @@ def test_the_facts_read_of_an_op_once_are_kept_on_it_and_read_back_without_hashi
         _capture._has_composite,
         _capture._dispatch_checks,
         _capture.no_cuda_kernel,
+        _capture._run_facts,
+        _capture._foreach_in_place,
+        _philox.is_kernel,
     )
     first = [[read(op) for read in readers] for op in ops]
     assert first[0][:5] == [True, False, ("aten::add", True, False), True, False]

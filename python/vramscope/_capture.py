@@ -61,6 +61,7 @@ from ._autograd_streams import inputs_of as _node_inputs
 from ._autograd_streams import node_stream as _node_stream
 from ._autograd_streams import tag as _tag_streams
 from ._kernels.sort import SORT_OF_COMPLEX
+from ._opfacts import kept as _kept
 from ._pinned import PinnedHost
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
@@ -154,19 +155,6 @@ def _outside(fn: str) -> bool:
         and fn != threading.__file__
         and not any(fn.startswith(g) for g in GENERATED)
     )
-
-
-def _kept(func, name: str, value):
-    """`value`, kept on op `func` as its attribute `name` and returned: a fact the twin reads of an
-    op once (`_pointwise`, `_facts`, `_dispatch_checks`, ...), read back as `func.name`. A dict
-    keyed by the op hashes it at each lookup through `OpOverload.__hash__`, a Python method
-    (`hash(self._op)`, torch/_ops.py): some 35 calls per op the 8B Llama step dispatches. An object
-    that takes no attribute keeps nothing (the fact is read again)."""
-    try:
-        setattr(func, name, value)
-    except (AttributeError, TypeError):
-        pass
-    return value
 
 
 def _user_frame():
@@ -844,7 +832,7 @@ _CPU_LOOPS = {
 
 
 def _dispatch_checks(func) -> tuple:
-    """What `Capture.dispatch` reads of `func` in its fixed tables, read once per op (`_kept`):
+    """What `Capture.dispatch` reads of `func` in its fixed tables, read once per op (`_opfacts`):
     whether the generated wrapper checks its operands' device (`_SAME_DEVICE`), its shape check
     (`_SHAPE_CHECKS`), whether complex operands are refused (`_COMPLEX_REFUSED`), whether only
     its meta function alerts (`_META_ALERT_ONLY`), whether it is a normal draw (`_NORMAL_DRAWS`),
@@ -1774,7 +1762,7 @@ _META_CACHE: dict = {}
 
 
 # An OpOverload's tags and schema do not change: what the twin reads of them is kept on the op
-# (`_kept`); `Tag in func.tags` compares pybind enums one by one, 3.8 us a test
+# (`_opfacts`); `Tag in func.tags` compares pybind enums one by one, 3.8 us a test
 
 
 def _pointwise(func) -> bool:
@@ -1939,14 +1927,12 @@ def _finds_nothing(func, args, kwargs):
     return args[1] if len(args) > 1 else kwargs.get("found_inf")
 
 
-_FOREACH_IN_PLACE: dict = {}
-
-
 def _foreach_in_place(func) -> bool:
     """Whether `func` is an in-place foreach op (`_foreach_lerp_`, `_foreach_addcdiv_`, ...): it
     writes its first argument, a list of tensors, and returns nothing."""
-    inplace = _FOREACH_IN_PLACE.get(func)
-    if inplace is None:
+    try:
+        return func._vramscope_foreach_in_place
+    except AttributeError:
         schema = func._schema
         first = schema.arguments[0] if schema.arguments else None
         inplace = (
@@ -1957,8 +1943,7 @@ def _foreach_in_place(func) -> bool:
             and first.alias_info.is_write
             and str(first.type) == "List[Tensor]"
         )
-        _FOREACH_IN_PLACE[func] = inplace
-    return inplace
+        return _kept(func, "_vramscope_foreach_in_place", inplace)
 
 
 def _foreach_checked(func, args, kwargs):
@@ -2216,13 +2201,34 @@ _COMPARISONS = {
 }
 
 
+def _run_facts(func) -> tuple:
+    """What `Capture.run` reads of `func` in the fixed tables, read once per op (`_opfacts`): whether
+    the twin computes no values of it (`_kernels.NO_VALUES`), whether it is a factory of one value
+    (`_CONSTANT_FACTORIES`), its outputs' order (`_kernels.OUTPUT_ORDER`), whether it is a rank
+    comparison (`_RANK_COMPARISONS`), its rule after the meta kernel (`_kernels.AFTER`)."""
+    try:
+        return func._vramscope_run_facts
+    except AttributeError:
+        facts = (
+            func in _kernels.NO_VALUES,
+            func in _CONSTANT_FACTORIES,
+            _kernels.OUTPUT_ORDER.get(func),
+            func in _RANK_COMPARISONS,
+            _kernels.AFTER.get(func),
+        )
+        return _kept(func, "_vramscope_run_facts", facts)
+
+
 def _decided_comparison(func, args, outs):
     """A comparison of a normal draw the twin carries no values of (`_note_normal_range`) with a
     scalar outside the interval its values lie in: the same result at every element, held as
     that value expanded, as a factory of one value's (`_constant_values`). SpeechT5's
     `labels != -100.0` over random mel labels (blind223/ho06) is every element true on the GPU,
     its row sums the frames, its `masked_select` every element. None for anything else."""
-    decided = _COMPARISONS.get(func)
+    try:
+        decided = func._vramscope_comparison
+    except AttributeError:
+        decided = _kept(func, "_vramscope_comparison", _COMPARISONS.get(func))
     if decided is None or len(args) != 2 or len(outs) != 1:
         return None
     x, c = args
@@ -2446,7 +2452,11 @@ def _large_choice_values(cap, func, args, kwargs, outs):
     index tensor's (`_kernels.HOST_INDEX_LIMIT`): blind202/gt01's Switch router over 16,384 tokens
     of evaluation (131,072 scores) sent every token to expert 0, where the same router's 8,192
     training tokens spread evenly, and gt05's 4,096 x 32 fine-grained router likewise."""
-    if func not in _CHOICES:
+    try:
+        choice = func._vramscope_choice
+    except AttributeError:
+        choice = _kept(func, "_vramscope_choice", func in _CHOICES)
+    if not choice:
         return None
     x = args[0]
     if not isinstance(x, torch.Tensor) or value(x) is not None or x.dim() == 0:
@@ -3921,20 +3931,21 @@ class Capture:
             )
         elif not small:
             small = _values_at_any_size(func, outs, ours)
+        no_values, factory_constant, order, rank_comparison, rule = _run_facts(func)
         vals = _decided_comparison(func, args, outs)
         decided = vals is not None
         if decided:
             pass
-        elif small and func not in _kernels.NO_VALUES:
+        elif small and not no_values:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
-        elif not small and ours and func not in _kernels.NO_VALUES:
+        elif not small and ours and not no_values:
             vals = (
                 self.broadcast_values(func, args, kwargs, outs, ours)
                 or self.dense_values(func, args, kwargs, outs, ours)
                 or self.standin_values(func, args, kwargs, outs, ours)
                 or _large_choice_values(self, func, args, kwargs, outs)
             )
-        constant = decided or (vals is None and not small and func in _CONSTANT_FACTORIES)
+        constant = decided or (vals is None and not small and factory_constant)
         if constant and not decided:
             vals = _constant_values(func, args, outs)
         # values computed over zeros standing in for an input's unknown values; a factory of one
@@ -3943,7 +3954,7 @@ class Capture:
         guessed = (
             not constant
             and vals is not None
-            and func not in _CONSTANT_FACTORIES
+            and not factory_constant
             and any(value(a) is None or _tensor.assumed(a) for a in ours)
         )
         if guessed and func in _CHOICES:
@@ -3951,7 +3962,6 @@ class Capture:
         elif guessed and func in _ISIN:
             vals = _unmatched(func, args, kwargs, vals)
         category = "input" if factory else "output"
-        order = _kernels.OUTPUT_ORDER.get(func)
         if order is None or len(order) != len(outs):
             order = range(len(outs))
         for i in order:
@@ -4011,13 +4021,12 @@ class Capture:
                 if value(a) is not None and _covers_storage(a):
                     # every element written with values the twin knows
                     _tensor.forget_stale(a.untyped_storage()._cdata)
-        if vals is None and func in _RANK_COMPARISONS:
+        if vals is None and rank_comparison:
             _count_ranks(func, args, out)
         if self.graph_tapes:
             written = _written(func, args, kwargs) if mutable else []
             computed = vals is not None and not guessed
             _graph_values.record_op(self, func, args, kwargs, outs, written, computed)
-        rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)
         elif not factory and op in _kernels.SCRATCH_UNMODELLED:
@@ -4251,7 +4260,12 @@ class Capture:
         n = outs[0].numel()
         if n > _tensor.DENSE_LIMIT or func._schema.is_mutable:
             return None
-        if func not in _STANDIN_COPIES and not _pointwise(func):
+        try:
+            copies = func._vramscope_standin_copies
+        except AttributeError:
+            copies = func in _STANDIN_COPIES or _pointwise(func)
+            _kept(func, "_vramscope_standin_copies", copies)
+        if not copies:
             return None
         carried = 0
         for a in ours:
