@@ -8204,35 +8204,3 @@ def test_record_memory_history_skip_actions_and_max_entries_shape_the_trace():
         ) == 3
         assert len(trace) == 3
         torch.cuda.memory._record_memory_history(enabled=None)
-
-
-def test_the_facts_read_of_an_op_once_are_kept_on_it_and_read_back_without_hashing_it(monkeypatch):
-    # `OpOverload.__hash__` is a Python method: each lookup of an op in a dict keyed by it called it
-    # (some 35 per op dispatched in the 8B Llama step); the facts read of an op once are kept on it
-    from vramscope import _capture, _philox
-
-    aten = torch.ops.aten
-    ops = (aten.add.Tensor, aten.add_.Tensor, aten.mm.default, aten.linear.default, aten.cat.default)
-    readers = (
-        _capture._pointwise,
-        _capture._seeded,
-        _capture._facts,
-        _capture._fresh,
-        _capture._in_place,
-        _capture._has_composite,
-        _capture._dispatch_checks,
-        _capture.no_cuda_kernel,
-        _capture._run_facts,
-        _capture._foreach_in_place,
-        _philox.is_kernel,
-    )
-    first = [[read(op) for read in readers] for op in ops]
-    assert first[0][:5] == [True, False, ("aten::add", True, False), True, False]
-    assert first[1][3:5] == [False, True]
-    assert first[3][5] and not first[2][5]
-
-    def hashed(self):
-        raise AssertionError(f"{self} hashed")
-
-    monkeypatch.setattr(torch._ops.OpOverload, "__hash__", hashed)
-    assert [[read(op) for read in readers] for op in ops] == first
