@@ -104,3 +104,58 @@ def test_an_op_s_tags_are_read_once(monkeypatch):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_the_facts_read_of_an_op_once_are_kept_on_it_and_read_back_without_hashing_it(monkeypatch):
+    # `OpOverload.__hash__` is a Python method: each lookup of an op in a dict keyed by it called it
+    # (some 35 per op dispatched in the 8B Llama step); the facts read of an op once are kept on it
+    from vramscope import _philox
+
+    ops = (aten.add.Tensor, aten.add_.Tensor, aten.mm.default, aten.linear.default, aten.cat.default)
+    readers = (
+        _capture._pointwise,
+        _capture._seeded,
+        _capture._facts,
+        _capture._fresh,
+        _capture._in_place,
+        _capture._has_composite,
+        _capture._dispatch_checks,
+        _capture.no_cuda_kernel,
+        _capture._run_facts,
+        _capture._foreach_in_place,
+        _philox.is_kernel,
+    )
+    first = [[read(op) for read in readers] for op in ops]
+    assert first[0][:5] == [True, False, ("aten::add", True, False), True, False]
+    assert first[1][3:5] == [False, True]
+    assert first[3][5] and not first[2][5]
+
+    def hashed(self):
+        raise AssertionError(f"{self} hashed")
+
+    monkeypatch.setattr(torch._ops.OpOverload, "__hash__", hashed)
+    assert [[read(op) for read in readers] for op in ops] == first
+
+
+def test_the_dispatch_mode_is_called_without_torch_s_dynamo_wrapper_where_dynamo_is_off(monkeypatch):
+    # torch wraps a dispatch mode's `__torch_dispatch__` in `torch._disable_dynamo`, whose `_fn`
+    # sets the frame callback to `_callback_from_stance(None)` around the call: nothing where no
+    # callback is set in the default stance, so the twin calls its mode directly there
+    wrapped = []
+    real = _capture._DISPATCH_DYNAMO_OFF
+
+    def spy(*args, **kwargs):
+        wrapped.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_capture, "_DISPATCH_DYNAMO_OFF", spy)
+    with vramscope.capture():
+        x = torch.ones(1024, device="cuda")
+        y = x * 2
+        assert torch.cuda.memory_allocated() == 8192
+        assert wrapped == []
+        with torch._dynamo.set_stance("force_eager"):
+            z = x + y
+        assert torch.ops.aten.add.Tensor in wrapped
+        assert torch.cuda.memory_allocated() == 12288
+        del y, z

@@ -203,3 +203,37 @@ def test_a_list_of_results_counts_the_tensors_not_passed_in():
     assert _gccount.fresh([passed[5], made[0]], (tuple(passed),)) == 1
     assert _gccount.fresh(other, (passed, other)) == 0
     assert _gccount.fresh(made[0], (passed, other)) == 1
+
+
+def test_the_first_frame_outside_torch_read_in_place_is_the_one_f_back_reaches():
+    # `_source_line` stops its in-place walk at the first frame of the program's; two frames of
+    # code whose file is torch's stand between it and the walk's start
+    import os
+
+    import torch
+    from vramscope import _capture, _gccount
+
+    def outer():
+        return inner()
+
+    ns = {"sys": sys, "_gccount": _gccount, "judge": _capture._outside_code}
+    fake = os.path.join(os.path.dirname(torch.__file__), "_vramscope_test_frames.py")
+    source = (
+        "def start():\n"
+        "    me = sys._getframe()\n"
+        "    f = me.f_back.f_back\n"
+        "    return _gccount.first_from(me, judge), (f.f_code, f.f_lasti)\n"
+        "def between():\n"
+        "    return start()\n"
+    )
+    exec(compile(source, fake, "exec"), ns)
+
+    def inner():
+        return ns["between"]()
+
+    found, beneath = outer()
+    if found is False:  # an interpreter whose frames the twin does not read (walked as objects)
+        return
+    known, lasti = found
+    assert beneath[0] is inner.__code__
+    assert (known(), lasti) == beneath

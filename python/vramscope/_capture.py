@@ -61,6 +61,7 @@ from ._autograd_streams import inputs_of as _node_inputs
 from ._autograd_streams import node_stream as _node_stream
 from ._autograd_streams import tag as _tag_streams
 from ._kernels.sort import SORT_OF_COMPLEX
+from ._opfacts import kept as _kept
 from ._pinned import PinnedHost
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
@@ -161,14 +162,9 @@ def _user_frame():
     there is none). On the twin's autograd device thread the walk goes on from the frame that
     started the pass (`_device_thread`), as the thread's own frames are the threading module's."""
     f = sys._getframe(2)
-    user = _USER_FILES
     caller = getattr(_STATE, "caller_frame", None)
     while f is not None:
-        fn = f.f_code.co_filename
-        outside = user.get(fn)
-        if outside is None:
-            outside = user[fn] = _outside(fn)
-        if outside:
+        if _outside_code(f.f_code):
             return f
         f = f.f_back
         if f is None and caller is not None:
@@ -320,6 +316,15 @@ def _without_meta_alert(run, func, args, kwargs):
         torch.use_deterministic_algorithms(True, warn_only=warn_only)
 
 
+def _outside_code(code) -> bool:
+    """Whether `code`'s file is the program's or a model library's (`_outside`, kept by file)."""
+    fn = code.co_filename
+    outside = _USER_FILES.get(fn)
+    if outside is None:
+        outside = _USER_FILES[fn] = _outside(fn)
+    return outside
+
+
 def _source_line() -> str:
     """`file:line in function` of the innermost frame outside torch and vramscope: the program's
     (or a model library's) line that made an allocation; "" where there is none. The text of a
@@ -327,19 +332,10 @@ def _source_line() -> str:
     number is a function (`PyCode_Addr2Line`), in the code's `_gccount.CodeEntry`."""
     if sys.gettrace() is None:
         # the frames read where they are, without making their frame objects (`_gccount`)
-        frames = _gccount.frames_from(sys._getframe())
-        if frames is not None:
-            user = _USER_FILES
-            for known, lasti in frames:
-                outside = known.verdict
-                if outside is None:
-                    fn = known().co_filename
-                    outside = user.get(fn)
-                    if outside is None:
-                        outside = user[fn] = _outside(fn)
-                    known.verdict = outside
-                if outside:
-                    return _line_text(known, lasti)
+        found = _gccount.first_from(sys._getframe(), _outside_code)
+        if found is not False:
+            if found is not None:
+                return _line_text(*found)
             if getattr(_STATE, "caller_frame", None) is None:
                 return ""
     f = _user_frame()
@@ -408,9 +404,6 @@ def wrapper_device_message(common: str, device: str, name: str, method: str) -> 
     )
 
 
-#: whether an op is pointwise (a TensorIterator op: `torch.Tag.pointwise`), by op
-_POINTWISE: dict = {}
-
 _POINTWISE_DEVICES = (
     "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 )
@@ -420,10 +413,7 @@ def _check_pointwise_devices(func, args) -> None:
     """TensorIterator's device check of a pointwise op (`compute_types`, TensorIterator.cpp): an
     operand on the host that is not 0-dim beside a CUDA one raises. The meta device's in-place
     kernels (`mul_`, `add_`, ...) do not check, so the twin went on where the GPU raises."""
-    pointwise = _POINTWISE.get(func)
-    if pointwise is None:
-        pointwise = _POINTWISE[func] = torch.Tag.pointwise in getattr(func, "tags", ())
-    if not pointwise:
+    if not _pointwise(func):
         return
     cuda = host = False
     for a in args:
@@ -637,22 +627,23 @@ def _refuse_complex(func, args) -> None:
 
 
 #: whether an aten op has no kernel at the CUDA key, by op (a cache)
-_NO_CUDA_KERNEL: dict = {}
 _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 def no_cuda_kernel(func) -> bool:
     """Whether aten op `func` has no kernel at the CUDA key in the dispatcher's computed table (the
     CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`)."""
-    missing = _NO_CUDA_KERNEL.get(func)
-    if missing is None:
+    try:
+        return func._vramscope_no_cuda_kernel
+    except AttributeError:
         name = func.name()
-        missing = _NO_CUDA_KERNEL[func] = (
+        return _kept(
+            func,
+            "_vramscope_no_cuda_kernel",
             func.namespace == "aten"
             and "_for_cpu" not in name
-            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA")
+            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA"),
         )
-    return missing
 
 
 def _refuse_without_cuda_kernel(func, args, kwargs) -> None:
@@ -840,13 +831,38 @@ _CPU_LOOPS = {
 }
 
 
+def _dispatch_checks(func) -> tuple:
+    """What `Capture.dispatch` reads of `func` in its fixed tables, read once per op (`_opfacts`):
+    whether the generated wrapper checks its operands' device (`_SAME_DEVICE`), its shape check
+    (`_SHAPE_CHECKS`), whether complex operands are refused (`_COMPLEX_REFUSED`), whether only
+    its meta function alerts (`_META_ALERT_ONLY`), whether it is a normal draw (`_NORMAL_DRAWS`),
+    its kernel module (`_MODULE_OPS`)."""
+    try:
+        return func._vramscope_dispatch_checks
+    except AttributeError:
+        checks = (
+            func in _SAME_DEVICE,
+            _SHAPE_CHECKS.get(func),
+            func in _COMPLEX_REFUSED,
+            func in _META_ALERT_ONLY,
+            func in _NORMAL_DRAWS,
+            _MODULE_OPS.get(func),
+        )
+        return _kept(func, "_vramscope_dispatch_checks", checks)
+
+
 def _host_parallel(func, args, kwargs, out) -> int:
     """A CPU op whose TensorIterator loop `at::parallel_for` splits: a pointwise op (or a fill, a
     zero, a host-to-host copy) of more than ATen's grain size (32,768 elements) on host tensors only
     (TensorIteratorBase::for_each; Parallel-inl.h's `parallel_for` opens an OpenMP parallel region
     over more than the grain size: the process's first one starts the pool's workers). Random
     kernels run serially. Views and other factories compute nothing. The loop's elements, else 0."""
-    if func in _SERIAL_CPU or not (func in _CPU_LOOPS or _pointwise(func)):
+    try:
+        loops = func._vramscope_host_loops
+    except AttributeError:
+        loops = func not in _SERIAL_CPU and (func in _CPU_LOOPS or _pointwise(func))
+        _kept(func, "_vramscope_host_loops", loops)
+    if not loops:
         return 0
     result = out if isinstance(out, torch.Tensor) else args[0] if args else None
     if not isinstance(result, torch.Tensor) or result.layout is not torch.strided:
@@ -1533,13 +1549,30 @@ _DISPATCH_DYNAMO_OFF = _DispatchMode.__dict__["__torch_dispatch__"]
 
 
 #: the dispatch mode's own call, below torch's wrappers (`_forget_frames` finds it)
-_DISPATCH_CODE = _DISPATCH_DYNAMO_OFF.__wrapped__.__code__
+_DISPATCH_RAW = _DISPATCH_DYNAMO_OFF.__wrapped__
+_DISPATCH_CODE = _DISPATCH_RAW.__code__
+_eval_frame_callback = torch._C._dynamo.eval_frame.get_eval_frame_callback
+
+
+def _dispatch_dynamo_off(self, func, types, args=(), kwargs=None):
+    """The dispatch mode's call with dynamo off for it (`_DISPATCH_DYNAMO_OFF`), made directly where
+    dynamo is off already: no frame callback set, and dynamo's default stance, where torch's wrapper
+    (`DisableContext.__call__`'s `_fn`, torch/_dynamo/eval_frame.py) sets no callback
+    (`_callback_from_stance(None)` is None) and calls it: some 1.1 us an op less on the dev machine.
+    Before torch._dynamo is imported, the wrapper, which imports it."""
+    if _eval_frame_callback() is None:
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if eval_frame is not None and eval_frame._stance.stance == "default":
+            return _DISPATCH_RAW(self, func, types, args, kwargs)
+    return _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
+
+
 # the dispatch mode's call, whose Python is the twin's, torch's wrappers around it included: the
 # collector counts what the GPU's op allocates, its outputs' Tensor objects (`_gccount`). Inside
 # the function mode's window (the program's call of a torch function) or the twin's own, the
 # window is that one. Dynamo compiles no frame of the twin's (`_compile._twin_frames_inlined`),
 # and the wrapped call turns it off below
-_DispatchMode.__torch_dispatch__ = _gccount.counted(_DISPATCH_DYNAMO_OFF)
+_DispatchMode.__torch_dispatch__ = _gccount.counted(_dispatch_dynamo_off)
 
 #: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
 _MODE_WRAPPERS = tuple(
@@ -1743,44 +1776,35 @@ _KERNELS = _tensor.kernels()
 
 #: fresh results of meta kernels by the op and its arguments' metadata (`_meta_cached`)
 _META_CACHE: dict = {}
-_FRESH: dict = {}
-_INPLACE: dict = {}
 
 
-#: an op's schema facts (`_facts`)
-_FACTS: dict = {}
-
-#: whether an op has the `pointwise` tag, and the `nondeterministic_seeded` one, by op (a cache:
-#: an OpOverload's tags do not change, and `Tag in func.tags` compares pybind enums one by one,
-#: 3.8 us a test)
-_POINTWISE_OPS: dict = {}
-_SEEDED_OPS: dict = {}
+# An OpOverload's tags and schema do not change: what the twin reads of them is kept on the op
+# (`_opfacts`); `Tag in func.tags` compares pybind enums one by one, 3.8 us a test
 
 
 def _pointwise(func) -> bool:
-    """`torch.Tag.pointwise in func.tags`, read once per op."""
-    tagged = _POINTWISE_OPS.get(func)
-    if tagged is None:
-        tagged = _POINTWISE_OPS[func] = torch.Tag.pointwise in func.tags
-    return tagged
+    """`torch.Tag.pointwise in func.tags` (False for an op without tags), read once per op."""
+    try:
+        return func._vramscope_pointwise
+    except AttributeError:
+        return _kept(func, "_vramscope_pointwise", torch.Tag.pointwise in getattr(func, "tags", ()))
 
 
 def _seeded(func) -> bool:
     """`torch.Tag.nondeterministic_seeded in func.tags`, read once per op."""
-    tagged = _SEEDED_OPS.get(func)
-    if tagged is None:
-        tagged = _SEEDED_OPS[func] = torch.Tag.nondeterministic_seeded in func.tags
-    return tagged
+    try:
+        return func._vramscope_seeded
+    except AttributeError:
+        return _kept(func, "_vramscope_seeded", torch.Tag.nondeterministic_seeded in func.tags)
 
 
 def _facts(func) -> tuple:
-    """`(func._schema.name, func.namespace == "aten", func._schema.is_mutable)`, read once per op
-    (its schema does not change)."""
-    facts = _FACTS.get(func)
-    if facts is None:
+    """`(func._schema.name, func.namespace == "aten", func._schema.is_mutable)`, read once per op."""
+    try:
+        return func._vramscope_facts
+    except AttributeError:
         schema = func._schema
-        facts = _FACTS[func] = (schema.name, func.namespace == "aten", schema.is_mutable)
-    return facts
+        return _kept(func, "_vramscope_facts", (schema.name, func.namespace == "aten", schema.is_mutable))
 
 
 _UNINITIALIZED = torch.nn.parameter.UninitializedTensorMixin
@@ -1789,16 +1813,17 @@ _UNINITIALIZED = torch.nn.parameter.UninitializedTensorMixin
 def _fresh(func) -> bool:
     """Whether `func` returns only new tensors (no view, no in-place, no list): its results are
     determined by its arguments' metadata."""
-    fresh = _FRESH.get(func)
-    if fresh is None:
+    try:
+        return func._vramscope_fresh
+    except AttributeError:
         schema = func._schema
-        fresh = (
+        return _kept(
+            func,
+            "_vramscope_fresh",
             not schema.is_mutable
             and len(schema.returns) > 0
-            and all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns)
+            and all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns),
         )
-        _FRESH[func] = fresh
-    return fresh
 
 
 def _key(x):
@@ -1819,21 +1844,22 @@ def _key(x):
 
 def _in_place(func) -> bool:
     """Whether `func` writes its first argument and returns it (`add_`, `normal_`, `fill_`, ...)."""
-    inplace = _INPLACE.get(func)
-    if inplace is None:
+    try:
+        return func._vramscope_in_place
+    except AttributeError:
         schema = func._schema
         args, rets = schema.arguments, schema.returns
-        inplace = (
+        return _kept(
+            func,
+            "_vramscope_in_place",
             len(rets) == 1
             and bool(args)
             and rets[0].alias_info is not None
             and args[0].alias_info is not None
             and rets[0].alias_info.is_write
             and rets[0].alias_info.before_set == args[0].alias_info.before_set
-            and schema.name not in ("aten::set_", "aten::resize_", "aten::resize_as_")
+            and schema.name not in ("aten::set_", "aten::resize_", "aten::resize_as_"),
         )
-        _INPLACE[func] = inplace
-    return inplace
 
 
 def _layout(t: torch.Tensor):
@@ -1918,14 +1944,12 @@ def _finds_nothing(func, args, kwargs):
     return args[1] if len(args) > 1 else kwargs.get("found_inf")
 
 
-_FOREACH_IN_PLACE: dict = {}
-
-
 def _foreach_in_place(func) -> bool:
     """Whether `func` is an in-place foreach op (`_foreach_lerp_`, `_foreach_addcdiv_`, ...): it
     writes its first argument, a list of tensors, and returns nothing."""
-    inplace = _FOREACH_IN_PLACE.get(func)
-    if inplace is None:
+    try:
+        return func._vramscope_foreach_in_place
+    except AttributeError:
         schema = func._schema
         first = schema.arguments[0] if schema.arguments else None
         inplace = (
@@ -1936,8 +1960,7 @@ def _foreach_in_place(func) -> bool:
             and first.alias_info.is_write
             and str(first.type) == "List[Tensor]"
         )
-        _FOREACH_IN_PLACE[func] = inplace
-    return inplace
+        return _kept(func, "_vramscope_foreach_in_place", inplace)
 
 
 def _foreach_checked(func, args, kwargs):
@@ -2035,7 +2058,7 @@ def _meta_cached(func, args, kwargs):
     held = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
     if any(isinstance(o, torch.Tensor) and o.untyped_storage()._cdata in held for o in outs):
         # a view the schema does not annotate (`_unsafe_view`): never cached
-        _FRESH[func] = False
+        _kept(func, "_vramscope_fresh", False)
         return out
     if all(
         isinstance(o, torch.Tensor) and o.is_meta and o.storage_offset() == 0 and not o._is_zerotensor()
@@ -2195,13 +2218,34 @@ _COMPARISONS = {
 }
 
 
+def _run_facts(func) -> tuple:
+    """What `Capture.run` reads of `func` in the fixed tables, read once per op (`_opfacts`): whether
+    the twin computes no values of it (`_kernels.NO_VALUES`), whether it is a factory of one value
+    (`_CONSTANT_FACTORIES`), its outputs' order (`_kernels.OUTPUT_ORDER`), whether it is a rank
+    comparison (`_RANK_COMPARISONS`), its rule after the meta kernel (`_kernels.AFTER`)."""
+    try:
+        return func._vramscope_run_facts
+    except AttributeError:
+        facts = (
+            func in _kernels.NO_VALUES,
+            func in _CONSTANT_FACTORIES,
+            _kernels.OUTPUT_ORDER.get(func),
+            func in _RANK_COMPARISONS,
+            _kernels.AFTER.get(func),
+        )
+        return _kept(func, "_vramscope_run_facts", facts)
+
+
 def _decided_comparison(func, args, outs):
     """A comparison of a normal draw the twin carries no values of (`_note_normal_range`) with a
     scalar outside the interval its values lie in: the same result at every element, held as
     that value expanded, as a factory of one value's (`_constant_values`). SpeechT5's
     `labels != -100.0` over random mel labels (blind223/ho06) is every element true on the GPU,
     its row sums the frames, its `masked_select` every element. None for anything else."""
-    decided = _COMPARISONS.get(func)
+    try:
+        decided = func._vramscope_comparison
+    except AttributeError:
+        decided = _kept(func, "_vramscope_comparison", _COMPARISONS.get(func))
     if decided is None or len(args) != 2 or len(outs) != 1:
         return None
     x, c = args
@@ -2425,7 +2469,11 @@ def _large_choice_values(cap, func, args, kwargs, outs):
     index tensor's (`_kernels.HOST_INDEX_LIMIT`): blind202/gt01's Switch router over 16,384 tokens
     of evaluation (131,072 scores) sent every token to expert 0, where the same router's 8,192
     training tokens spread evenly, and gt05's 4,096 x 32 fine-grained router likewise."""
-    if func not in _CHOICES:
+    try:
+        choice = func._vramscope_choice
+    except AttributeError:
+        choice = _kept(func, "_vramscope_choice", func in _CHOICES)
+    if not choice:
         return None
     x = args[0]
     if not isinstance(x, torch.Tensor) or value(x) is not None or x.dim() == 0:
@@ -2531,20 +2579,15 @@ _below_autograd = functools.partial(
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
 _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
-#: whether an op has a CompositeImplicitAutograd kernel at all, by op (a cache)
-_HAS_COMPOSITE: dict = {}
-#: whether an op has a kernel for the CUDA dispatch key, by op (a cache)
-_HAS_CUDA_KERNEL: dict = {}
 
 
 def _has_composite(func) -> bool:
     """Whether `func` has a CompositeImplicitAutograd kernel (cached)."""
-    has = _HAS_COMPOSITE.get(func)
-    if has is None:
-        has = _HAS_COMPOSITE[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
-            func.name(), "CompositeImplicitAutograd"
-        )
-    return has
+    try:
+        return func._vramscope_has_composite
+    except AttributeError:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+        return _kept(func, "_vramscope_has_composite", has)
 
 
 def _plain_below_autograd(func, args, kwargs) -> bool:
@@ -2556,9 +2599,11 @@ def _plain_below_autograd(func, args, kwargs) -> bool:
     other backends); ops on the subclass itself go to its kernels; composites returning views (its
     `chunk` of the values) stay whole: they allocate nothing, and their Python decompositions lose
     the nested tensor's view of its offsets (its chunk's backward then sees another ragged size)."""
-    cuda = _HAS_CUDA_KERNEL.get(func)
-    if cuda is None:
-        cuda = _HAS_CUDA_KERNEL[func] = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CUDA")
+    try:
+        cuda = func._vramscope_has_cuda_kernel
+    except AttributeError:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CUDA")
+        cuda = _kept(func, "_vramscope_has_cuda_kernel", has)
     if cuda or any(r.alias_info for r in func._schema.returns):
         return False
     tensors = _tensors((args, kwargs))
@@ -3667,20 +3712,20 @@ class Capture:
         after its op's allocations. An index op whose known indices fall outside their dimension
         fails as the GPU's kernel assert does, at the op (as under CUDA_LAUNCH_BLOCKING=1; the GPU
         reports it some ops later), and every later CUDA op fails too."""
-        if func in _SAME_DEVICE:
+        same_device, shapes, complex_refused, meta_alert_only, normal_draw, module = _dispatch_checks(func)
+        if same_device:
             _check_same_device(func, args)
         _check_pointwise_devices(func, args)
-        shapes = _SHAPE_CHECKS.get(func)
         if shapes is not None and len(args) >= 2:
             shapes(args)
-        if func in _COMPLEX_REFUSED:
+        if complex_refused:
             _refuse_complex(func, args)
         alert = _NOT_DETERMINISTIC.get(func) if torch.are_deterministic_algorithms_enabled() else None
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
         try:
-            if func in _META_ALERT_ONLY and torch.are_deterministic_algorithms_enabled():
+            if meta_alert_only and torch.are_deterministic_algorithms_enabled():
                 out = _without_meta_alert(self._dispatch, func, args, kwargs)
             else:
                 out = self._dispatch(func, args, kwargs)
@@ -3696,7 +3741,7 @@ class Capture:
             # exception frees
             del out
             torch._prims_common.alert_not_deterministic(alert[0])
-        if func in _NORMAL_DRAWS:
+        if normal_draw:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
         if not converted and self.arenas_pending:
@@ -3753,7 +3798,6 @@ class Capture:
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()
-        module = _MODULE_OPS.get(func)
         if module and module not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
             # the kernel module's lazy load, after the op's allocations (rule 12)
             self.modules_loaded.add(module)
@@ -3904,20 +3948,21 @@ class Capture:
             )
         elif not small:
             small = _values_at_any_size(func, outs, ours)
+        no_values, factory_constant, order, rank_comparison, rule = _run_facts(func)
         vals = _decided_comparison(func, args, outs)
         decided = vals is not None
         if decided:
             pass
-        elif small and func not in _kernels.NO_VALUES:
+        elif small and not no_values:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
-        elif not small and ours and func not in _kernels.NO_VALUES:
+        elif not small and ours and not no_values:
             vals = (
                 self.broadcast_values(func, args, kwargs, outs, ours)
                 or self.dense_values(func, args, kwargs, outs, ours)
                 or self.standin_values(func, args, kwargs, outs, ours)
                 or _large_choice_values(self, func, args, kwargs, outs)
             )
-        constant = decided or (vals is None and not small and func in _CONSTANT_FACTORIES)
+        constant = decided or (vals is None and not small and factory_constant)
         if constant and not decided:
             vals = _constant_values(func, args, outs)
         # values computed over zeros standing in for an input's unknown values; a factory of one
@@ -3926,7 +3971,7 @@ class Capture:
         guessed = (
             not constant
             and vals is not None
-            and func not in _CONSTANT_FACTORIES
+            and not factory_constant
             and any(value(a) is None or _tensor.assumed(a) for a in ours)
         )
         if guessed and func in _CHOICES:
@@ -3934,7 +3979,6 @@ class Capture:
         elif guessed and func in _ISIN:
             vals = _unmatched(func, args, kwargs, vals)
         category = "input" if factory else "output"
-        order = _kernels.OUTPUT_ORDER.get(func)
         if order is None or len(order) != len(outs):
             order = range(len(outs))
         for i in order:
@@ -3994,13 +4038,12 @@ class Capture:
                 if value(a) is not None and _covers_storage(a):
                     # every element written with values the twin knows
                     _tensor.forget_stale(a.untyped_storage()._cdata)
-        if vals is None and func in _RANK_COMPARISONS:
+        if vals is None and rank_comparison:
             _count_ranks(func, args, out)
         if self.graph_tapes:
             written = _written(func, args, kwargs) if mutable else []
             computed = vals is not None and not guessed
             _graph_values.record_op(self, func, args, kwargs, outs, written, computed)
-        rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)
         elif not factory and op in _kernels.SCRATCH_UNMODELLED:
@@ -4193,10 +4236,15 @@ class Capture:
         flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`), and at an index or of a
         value computed over stand-ins (the result then assumed, as a small op's over stand-ins is).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
-        if func not in _DENSE_FILLS and (
-            func._schema.is_mutable
-            or (func not in _DENSE_COPIES and func not in _DENSE_PRODUCTS and not _pointwise(func))
-        ):
+        try:
+            computes = func._vramscope_dense_values
+        except AttributeError:
+            computes = func in _DENSE_FILLS or not (
+                func._schema.is_mutable
+                or (func not in _DENSE_COPIES and func not in _DENSE_PRODUCTS and not _pointwise(func))
+            )
+            _kept(func, "_vramscope_dense_values", computes)
+        if not computes:
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
@@ -4229,7 +4277,12 @@ class Capture:
         n = outs[0].numel()
         if n > _tensor.DENSE_LIMIT or func._schema.is_mutable:
             return None
-        if func not in _STANDIN_COPIES and not _pointwise(func):
+        try:
+            copies = func._vramscope_standin_copies
+        except AttributeError:
+            copies = func in _STANDIN_COPIES or _pointwise(func)
+            _kept(func, "_vramscope_standin_copies", copies)
+        if not copies:
             return None
         carried = 0
         for a in ours:

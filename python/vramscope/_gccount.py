@@ -298,6 +298,37 @@ def frames_from(frame):
     return out
 
 
+def first_from(frame, judge):
+    """(`CodeEntry`, last instruction's byte offset) of the innermost frame below `frame` whose
+    code `judge(code)` accepts, None where none does; read as `frames_from` reads them, stopping
+    there, the offset read for that frame alone. The verdict is kept in the code's entry, asked
+    once (one judge in a process: the twin's `_source_line`'s). False where this interpreter's
+    frames cannot be read so."""
+    if _LAYOUT is None:
+        return False
+    code_w, prev_w, instr_w, owner_at = _LAYOUT
+    mem = _MEMORY
+    unpack = _WORD.unpack_from
+    codes = _CODES
+    p = unpack(mem, id(frame) + 24)[0]
+    while p:
+        p = unpack(mem, p + 8 * prev_w)[0]
+        if not p:
+            break
+        if mem[p + owner_at] == 3:
+            continue  # 3.12's C-stack shim frame (FRAME_OWNED_BY_CSTACK), skipped as by f_back
+        c = unpack(mem, p + 8 * code_w)[0]
+        known = codes.get(c)
+        if known is None:
+            known = code_entry(ctypes.cast(c, ctypes.py_object).value, c)
+        verdict = known.verdict
+        if verdict is None:
+            verdict = known.verdict = judge(known())
+        if verdict:
+            return known, unpack(mem, p + 8 * instr_w)[0] - c - _CODE_START
+    return None
+
+
 def line_of(code, lasti: int) -> int:
     """The line of `code`'s instruction at byte offset `lasti` (`PyCode_Addr2Line`, as a frame's
     `f_lineno` without a trace function)."""

@@ -15,6 +15,8 @@ import os
 
 import torch
 
+from ._opfacts import kept
+
 aten = torch.ops.aten
 
 #: `default_rng_seed_val` (c10/core/GeneratorImpl.h): a CUDA generator's seed until one is set
@@ -460,8 +462,12 @@ def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tupl
 
 
 def is_kernel(func) -> bool:
-    """Whether `func` is a random kernel `draw` knows."""
-    return func in KERNELS or (func.namespace == "prims" and func._schema.name == _INDUCTOR_SEEDS)
+    """Whether `func` is a random kernel `draw` knows (read once per op: `_opfacts`)."""
+    try:
+        return func._vramscope_philox_kernel
+    except AttributeError:
+        known = func in KERNELS or (func.namespace == "prims" and func._schema.name == _INDUCTOR_SEEDS)
+        return kept(func, "_vramscope_philox_kernel", known)
 
 
 def draw(cap, func, args, kwargs):

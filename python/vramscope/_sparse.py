@@ -27,6 +27,7 @@ import math
 import torch
 
 from . import _kernels
+from ._opfacts import kept
 from ._tensor import registered, set_value, tensors_in, value
 
 aten = torch.ops.aten
@@ -124,7 +125,10 @@ def _empty(cap, shape, dtype, op: str):
 def dispatch(cap, func, args, kwargs):
     """The op, where it has a rule here and involves a simulated sparse tensor; NotImplemented
     otherwise (an op without a rule whose operands include one goes to `fallback`)."""
-    handler = OPS.get(func)
+    try:
+        handler = func._vramscope_sparse_rule
+    except AttributeError:
+        handler = kept(func, "_vramscope_sparse_rule", OPS.get(func))
     if handler is None:
         return NotImplemented
     return handler(cap, func, args, kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from .._opfacts import kept
 from .._tensor import assumed, value
 
 aten = torch.ops.aten
@@ -48,7 +49,10 @@ DEVICE_ASSERT = (
 def index_out_of_range(func, args) -> str | None:
     """Where an index op's indices, whose values the twin knows (not computed over stand-in zeros),
     fall outside the indexed dimension, as the GPU's kernel asserts: a description, else None."""
-    bounds = INDEX_BOUNDS.get(func)
+    try:
+        bounds = func._vramscope_index_bounds
+    except AttributeError:
+        bounds = kept(func, "_vramscope_index_bounds", INDEX_BOUNDS.get(func))
     if bounds is None:
         return None
     try:
