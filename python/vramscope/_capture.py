@@ -2679,6 +2679,16 @@ def _unmapped_bytes(lo: int, hi: int) -> int:
     return hi - lo - held
 
 
+def uncached_allocation() -> bool:
+    """`forceUncachedAllocator()` (CUDACachingAllocator.cpp), read once at the first allocation:
+    `PYTORCH_NO_CUDA_MEMORY_CACHING` or `PYTORCH_NO_HIP_MEMORY_CACHING` is "1" (`c10::utils::check_env`
+    takes only "1" as true)."""
+    return "1" in (
+        os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"),
+        os.environ.get("PYTORCH_NO_HIP_MEMORY_CACHING"),
+    )
+
+
 def _glibc_mapping(ptr: int, nbytes: int) -> int | None:
     """The length of the mapping glibc made for the allocation at `ptr` on its own, or None when
     its heap serves it: the chunk's header, the two words before the memory (`malloc/malloc.c`:
@@ -2895,6 +2905,8 @@ class Capture:
         _drop_parked()
         self._new_device(gpu, self._conf())
         self.started = False
+        #: `PYTORCH_NO_CUDA_MEMORY_CACHING=1` when CUDA started (`uncached_allocation`)
+        self.uncached = False
         #: the caching host allocator's page-locked blocks
         self.pinned = PinnedHost()
         #: whether the device's allocator is built (CUDA's lazy init: `start` or
@@ -3055,6 +3067,14 @@ class Capture:
         when its allocator starts, so a script may set it before then."""
         self.started = True
         self._read_conf()
+        self.uncached = uncached_allocation()
+        if self.uncached:
+            self.note_unmeasured(
+                "PYTORCH_NO_CUDA_MEMORY_CACHING (the driver's memory)",
+                "PYTORCH_NO_CUDA_MEMORY_CACHING=1: every storage is its own cudaMalloc and the "
+                "allocator's figures read zero; the driver's memory (mem_get_info, running out of it) "
+                "is taken as the caching allocator's",
+            )
         self.allocator_built = True
         if self.malloc_async():
             self._note_malloc_async()
@@ -4418,11 +4438,19 @@ class Capture:
 
     # ---- phases and the report -----------------------------------------------------
 
+    def allocator_stats(self) -> dict:
+        """The device allocator's `memory_stats()`. Under `PYTORCH_NO_CUDA_MEMORY_CACHING=1`
+        every figure is 0: `NativeCachingAllocator::allocate` and `raw_alloc_with_stream` hand
+        each request to `uncached_allocate` (a plain cudaMalloc, freed by `uncached_delete`),
+        which the device allocator's stats never see (CUDACachingAllocator.cpp, PyTorch 2.11)."""
+        stats = self.device.memory_stats()
+        return dict.fromkeys(stats, 0) if self.uncached else stats
+
     def mark_phase(self, name: str | None = None) -> None:
         """Close the current phase (its peaks since the last mark)."""
         label = name or self.next_phase or f"phase{len(self.phases)}"
         self.flush_frees()
-        self.phases.append(Phase(label, self.device.memory_stats()))
+        self.phases.append(Phase(label, self.allocator_stats()))
         self.next_phase = None
 
     def __enter__(self):
@@ -4533,7 +4561,7 @@ class Capture:
     def mark_end(self) -> None:
         """The figures at the program's end (before its globals die)."""
         self.flush_frees()
-        self.end_stats = self.device.memory_stats()
+        self.end_stats = self.allocator_stats()
 
     def close(self) -> None:
         """Stop answering frees (tensors that outlive the capture)."""
@@ -4574,7 +4602,7 @@ class Capture:
 
     def report(self) -> dict:
         """The run as `vramscope run --json` writes it (docs/json.md)."""
-        stats = getattr(self, "end_stats", None) or self.device.memory_stats()
+        stats = getattr(self, "end_stats", None) or self.allocator_stats()
         # the phase open at the end: a `vramscope.phase` marker's name where one opened it
         end = Phase(self.next_phase or "end", stats)
         phases = [p.as_dict() for p in self.phases] + [end.as_dict()]

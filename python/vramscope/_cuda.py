@@ -666,7 +666,7 @@ def patch(cap) -> _Patch:
 
     def memory_stats_nested(device=None):
         cap.flush_frees()
-        return _nest(cap.device.memory_stats())
+        return _nest(cap.allocator_stats())
 
     def reset_peak(device=None):
         cap.mark_phase()
@@ -726,6 +726,10 @@ def patch(cap) -> _Patch:
                 "cudaMallocAsync backend does not track individual blocks.)"
             )
         snap = pickle.loads(cap.device.snapshot_pickle())
+        if cap.uncached:
+            # uncached_allocate's storages are no allocator's blocks: no segments, no trace entries
+            snap["segments"] = []
+            snap["device_traces"] = [[] for _ in snap["device_traces"]]
         skip, most = cap.history_skip_actions, cap.history_max_entries
         if skip or most:
             traces = [[e for e in trace if e["action"] not in skip] for trace in snap["device_traces"]]
