@@ -2937,6 +2937,11 @@ class Capture:
         self.pool_streams: dict[int, int] = {}
         #: the streams of `torch.cuda.graph` captures under way (`_cuda.CUDAGraph.capture_begin`)
         self.capture_streams: set[int] = set()
+        #: a capture's origin stream -> its graph (`_cuda.CUDAGraph`)
+        self.capture_graphs: dict[int, object] = {}
+        #: a stream joined into a capture (it waited on a capturing stream's work) -> the capture's
+        #: origin stream, until the capture ends (`_cuda._capture_wait`)
+        self.joined_captures: dict[int, int] = {}
         #: a capturing stream -> its graph's tape of what writes values (`_graph_values`)
         self.graph_tapes: dict[int, list] = {}
         #: a capturing stream -> the values its capture's run overwrote (`_graph_values.undo`)
@@ -3302,11 +3307,12 @@ class Capture:
         private = self.pool_streams.get(self.stream)
         if private is not None:
             return private
-        if self.capture_streams:
-            # another stream joined into the capture (an event waited on the capturing stream)
-            # allocates from the graph's pool on the GPU (the filter `beginAllocateToPool` gets is
-            # the capture's id, CUDAGraph.cpp); the twin keys the pool by the capturing stream
-            self.note_unmeasured("CUDA graphs (streams joined into a capture)")
+        origin = self.joined_captures.get(self.stream)
+        if origin is not None:
+            # a stream joined into the capture (it waited on the capture's work) allocates from the
+            # graph's pool too, its blocks its own: the filter `beginAllocateToPool` gets is the
+            # capture's id (`cudaStreamGetCaptureInfo`, CUDAGraph.cpp), the block keeps its stream
+            return self.capture_graphs[origin].joined_private(self.stream)
         if self.thread_pools and self.thread() == "main":
             return self.thread_pools[-1].private_stream(self.stream)
         return self.stream
