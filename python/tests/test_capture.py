@@ -6108,6 +6108,36 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_stream_joined_into_a_capture_allocates_from_the_graphs_pool():
+    # blind317/lf01: a side stream that waits on the capturing stream joins the capture, and the
+    # filter `beginAllocateToPool` gets (CUDAGraph.cpp: the stream's capture id is the graph's) sends
+    # its allocations to the graph's private pool, as blocks of its own stream, kept through
+    # empty_cache while the graph lives; the twin put them in the side stream's ordinary pool
+    with vramscope.capture():
+        side = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                assert torch.cuda.is_current_stream_capturing()
+                y = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+            main.wait_stream(side)
+            y.record_stream(main)
+        assert not torch.cuda.is_current_stream_capturing()
+        del y
+        torch.cuda.empty_cache()
+        sizes = sorted(seg["total_size"] for seg in torch.cuda.memory_snapshot(g.pool()))
+        assert sizes == [20 * MIB]  # (the generator's two tensors are in the ordinary pool)
+        assert torch.cuda.memory_reserved() == 2 * MIB + 20 * MIB
+        with torch.cuda.stream(side):
+            z = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")  # not from the graph's pool
+        assert torch.cuda.memory_reserved() == 2 * MIB + 2 * 20 * MIB
+        del z, g
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 0
+
+
 def test_freeing_a_block_split_before_max_split_was_set_raises_the_cuda_error():
     # blind310/ky03 on the H100: after `_set_allocator_settings("max_split_size_mb:..")` a request
     # over the memory fraction frees cached oversize blocks, one of them inside a segment split

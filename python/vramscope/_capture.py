@@ -2724,6 +2724,16 @@ def _unmapped_bytes(lo: int, hi: int) -> int:
     return hi - lo - held
 
 
+def uncached_allocation() -> bool:
+    """`forceUncachedAllocator()` (CUDACachingAllocator.cpp), read once at the first allocation:
+    `PYTORCH_NO_CUDA_MEMORY_CACHING` or `PYTORCH_NO_HIP_MEMORY_CACHING` is "1" (`c10::utils::check_env`
+    takes only "1" as true)."""
+    return "1" in (
+        os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"),
+        os.environ.get("PYTORCH_NO_HIP_MEMORY_CACHING"),
+    )
+
+
 def _glibc_mapping(ptr: int, nbytes: int) -> int | None:
     """The length of the mapping glibc made for the allocation at `ptr` on its own, or None when
     its heap serves it: the chunk's header, the two words before the memory (`malloc/malloc.c`:
@@ -2940,6 +2950,8 @@ class Capture:
         _drop_parked()
         self._new_device(gpu, self._conf())
         self.started = False
+        #: `PYTORCH_NO_CUDA_MEMORY_CACHING=1` when CUDA started (`uncached_allocation`)
+        self.uncached = False
         #: the caching host allocator's page-locked blocks
         self.pinned = PinnedHost()
         #: whether the device's allocator is built (CUDA's lazy init: `start` or
@@ -2970,6 +2982,11 @@ class Capture:
         self.pool_streams: dict[int, int] = {}
         #: the streams of `torch.cuda.graph` captures under way (`_cuda.CUDAGraph.capture_begin`)
         self.capture_streams: set[int] = set()
+        #: a capture's origin stream -> its graph (`_cuda.CUDAGraph`)
+        self.capture_graphs: dict[int, object] = {}
+        #: a stream joined into a capture (it waited on a capturing stream's work) -> the capture's
+        #: origin stream, until the capture ends (`_cuda._capture_wait`)
+        self.joined_captures: dict[int, int] = {}
         #: a capturing stream -> its graph's tape of what writes values (`_graph_values`)
         self.graph_tapes: dict[int, list] = {}
         #: a capturing stream -> the values its capture's run overwrote (`_graph_values.undo`)
@@ -3100,6 +3117,14 @@ class Capture:
         when its allocator starts, so a script may set it before then."""
         self.started = True
         self._read_conf()
+        self.uncached = uncached_allocation()
+        if self.uncached:
+            self.note_unmeasured(
+                "PYTORCH_NO_CUDA_MEMORY_CACHING (the driver's memory)",
+                "PYTORCH_NO_CUDA_MEMORY_CACHING=1: every storage is its own cudaMalloc and the "
+                "allocator's figures read zero; the driver's memory (mem_get_info, running out of it) "
+                "is taken as the caching allocator's",
+            )
         self.allocator_built = True
         if self.malloc_async():
             self._note_malloc_async()
@@ -3327,11 +3352,12 @@ class Capture:
         private = self.pool_streams.get(self.stream)
         if private is not None:
             return private
-        if self.capture_streams:
-            # another stream joined into the capture (an event waited on the capturing stream)
-            # allocates from the graph's pool on the GPU (the filter `beginAllocateToPool` gets is
-            # the capture's id, CUDAGraph.cpp); the twin keys the pool by the capturing stream
-            self.note_unmeasured("CUDA graphs (streams joined into a capture)")
+        origin = self.joined_captures.get(self.stream)
+        if origin is not None:
+            # a stream joined into the capture (it waited on the capture's work) allocates from the
+            # graph's pool too, its blocks its own: the filter `beginAllocateToPool` gets is the
+            # capture's id (`cudaStreamGetCaptureInfo`, CUDAGraph.cpp), the block keeps its stream
+            return self.capture_graphs[origin].joined_private(self.stream)
         if self.thread_pools and self.thread() == "main":
             return self.thread_pools[-1].private_stream(self.stream)
         return self.stream
@@ -4471,11 +4497,19 @@ class Capture:
 
     # ---- phases and the report -----------------------------------------------------
 
+    def allocator_stats(self) -> dict:
+        """The device allocator's `memory_stats()`. Under `PYTORCH_NO_CUDA_MEMORY_CACHING=1`
+        every figure is 0: `NativeCachingAllocator::allocate` and `raw_alloc_with_stream` hand
+        each request to `uncached_allocate` (a plain cudaMalloc, freed by `uncached_delete`),
+        which the device allocator's stats never see (CUDACachingAllocator.cpp, PyTorch 2.11)."""
+        stats = self.device.memory_stats()
+        return dict.fromkeys(stats, 0) if self.uncached else stats
+
     def mark_phase(self, name: str | None = None) -> None:
         """Close the current phase (its peaks since the last mark)."""
         label = name or self.next_phase or f"phase{len(self.phases)}"
         self.flush_frees()
-        self.phases.append(Phase(label, self.device.memory_stats()))
+        self.phases.append(Phase(label, self.allocator_stats()))
         self.next_phase = None
 
     def __enter__(self):
@@ -4586,7 +4620,7 @@ class Capture:
     def mark_end(self) -> None:
         """The figures at the program's end (before its globals die)."""
         self.flush_frees()
-        self.end_stats = self.device.memory_stats()
+        self.end_stats = self.allocator_stats()
 
     def close(self) -> None:
         """Stop answering frees (tensors that outlive the capture)."""
@@ -4627,7 +4661,7 @@ class Capture:
 
     def report(self) -> dict:
         """The run as `vramscope run --json` writes it (docs/json.md)."""
-        stats = getattr(self, "end_stats", None) or self.device.memory_stats()
+        stats = getattr(self, "end_stats", None) or self.allocator_stats()
         # the phase open at the end: a `vramscope.phase` marker's name where one opened it
         end = Phase(self.next_phase or "end", stats)
         phases = [p.as_dict() for p in self.phases] + [end.as_dict()]

@@ -205,9 +205,21 @@ def _capture_wait(waiter: int, stream: int | None, event) -> None:
         Event._next += 1
         eid = Event._next
         cap.device.capture_event_record(eid, stream)
+        origin = _capture_origin(cap, stream)
     else:
         eid = event.eid
+        origin = getattr(event, "_capture_origin", None)
     cap.device.capture_event_wait(waiter, eid)
+    if origin is not None and _capture_origin(cap, waiter) is None:
+        cap.capture_graphs[origin].join(waiter)
+
+
+def _capture_origin(cap, stream) -> int | None:
+    """The origin stream of the capture `stream` takes part in (its own, or one it joined), None
+    where it is not capturing."""
+    if stream in cap.capture_graphs:
+        return stream
+    return cap.joined_captures.get(stream)
 
 
 class Event:
@@ -228,9 +240,12 @@ class Event:
         from . import _capture
 
         cap = _capture.current()
+        self._capture_origin = None
         if cap.capture_streams:
             sid = cap.stream if stream is None else getattr(stream, "stream_id", 0)
             cap.device.capture_event_record(self.eid, sid)
+            # a stream waiting on it joins the capture `sid` takes part in, if any
+            self._capture_origin = _capture_origin(cap, sid)
 
     def wait(self, stream=None):
         from . import _capture
@@ -414,7 +429,7 @@ def patch(cap) -> _Patch:
         """Whether the current stream is capturing a CUDA graph (cudaStreamIsCapturing on it,
         CUDAGraph.cpp's `_cuda_isCurrentStreamCapturing`): between a graph's `capture_begin` and
         `capture_end` on its stream. transformers' `is_tracing` reads it (masks kept whole)."""
-        return cap.stream in cap.pool_streams
+        return cap.stream in cap.pool_streams or cap.stream in cap.joined_captures
 
     p.set(cuda, "is_current_stream_capturing", is_current_stream_capturing)
     p.set(cuda.graphs, "is_current_stream_capturing", is_current_stream_capturing)
@@ -439,9 +454,8 @@ def patch(cap) -> _Patch:
         the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); `capture_begin`
         registers the graph with the default generator, the capture allocates from the graph's
         private pool, which empty_cache keeps while a graph holds it (CUDAGraph.cpp,
-        CUDACachingAllocator.cpp). Replays allocate nothing; an allocation on another stream
-        during the capture (a stream joined into it) is not modelled (named unmeasured,
-        `Capture.pool_stream`)."""
+        CUDACachingAllocator.cpp); a stream joined into the capture (`join`) allocates from that
+        pool too. Replays allocate nothing."""
 
         def __init__(self, keep_graph=False):
             # `keep_graph=True` (CUDAGraph.cpp): capture_end keeps the cudaGraph_t and leaves its
@@ -494,6 +508,9 @@ def patch(cap) -> _Patch:
             self._private = _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
             cap.pool_streams[cap.stream] = self._private
             cap.device.register_private_stream(self._private, _pool_hash(self._pool), cap.stream)
+            cap.capture_graphs[cap.stream] = self
+            #: the private pool's streams of the streams joined into the capture (`joined_private`)
+            self._joined: list[int] = []
             # the stream captures from now on (the order of its work: graph_capture_record_stream_reuse)
             cap.device.capture_stream_begin(cap.stream)
             # the pool's use_count: empty_cache keeps it while a graph holds it
@@ -501,9 +518,32 @@ def patch(cap) -> _Patch:
             cap.device.keep_through_empty_cache(self._private, True)
             cap.device.begin_allocate_to_pool()
 
+        def join(self, stream):
+            """`stream` waited on this capture's work: it captures into this graph (its ops taped
+            for the replays, its allocations from the graph's pool) until `capture_end`."""
+            cap.joined_captures[stream] = self._stream
+            cap.graph_tapes[stream] = self._tape
+            cap.graph_undo[stream] = self._undo
+
+        def joined_private(self, stream):
+            """The twin's stream id for the blocks a joined `stream` allocates in the graph's pool
+            (held, as the capturing stream's, until the graph is reset)."""
+            private = _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (stream & 0xFFFFFF)
+            if private not in self._joined:
+                self._joined.append(private)
+                cap.device.register_private_stream(private, _pool_hash(self._pool), stream)
+                pool_users.setdefault(private, set()).add(id(self))
+                cap.device.keep_through_empty_cache(private, True)
+            return private
+
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
             cap.capture_streams.discard(self._stream)
+            cap.capture_graphs.pop(self._stream, None)
+            for stream in [s for s, o in cap.joined_captures.items() if o == self._stream]:
+                del cap.joined_captures[stream]
+                cap.graph_tapes.pop(stream, None)
+                cap.graph_undo.pop(stream, None)
             cap.graph_tapes.pop(self._stream, None)
             cap.graph_undo.pop(self._stream, None)
             _graph_values.undo(self._undo, self._existing)
@@ -548,11 +588,13 @@ def patch(cap) -> _Patch:
                 rng_graphs["extragraph"] = None
             private = getattr(self, "_private", None)
             if private is not None:
-                users = pool_users.get(private, set())
-                users.discard(id(self))
-                if not users:
-                    cap.device.keep_through_empty_cache(private, False)
+                for held in [private, *self.__dict__.get("_joined", ())]:
+                    users = pool_users.get(held, set())
+                    users.discard(id(self))
+                    if not users:
+                        cap.device.keep_through_empty_cache(held, False)
                 self._private = None
+                self._joined = []
 
         def __del__(self):
             if cap.active:
@@ -666,7 +708,7 @@ def patch(cap) -> _Patch:
 
     def memory_stats_nested(device=None):
         cap.flush_frees()
-        return _nest(cap.device.memory_stats())
+        return _nest(cap.allocator_stats())
 
     def reset_peak(device=None):
         cap.mark_phase()
@@ -726,6 +768,10 @@ def patch(cap) -> _Patch:
                 "cudaMallocAsync backend does not track individual blocks.)"
             )
         snap = pickle.loads(cap.device.snapshot_pickle())
+        if cap.uncached:
+            # uncached_allocate's storages are no allocator's blocks: no segments, no trace entries
+            snap["segments"] = []
+            snap["device_traces"] = [[] for _ in snap["device_traces"]]
         skip, most = cap.history_skip_actions, cap.history_max_entries
         if skip or most:
             traces = [[e for e in trace if e["action"] not in skip] for trace in snap["device_traces"]]
