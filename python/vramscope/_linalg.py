@@ -401,6 +401,9 @@ GEQRF_WORKSPACE = {
     # `linalg_qr` of (16,384, 50) float64
     (16384, 50, torch.float64): 2648960,
     (32000, 8, torch.float32): 3145856,
+    # li70_kan_lstsq_gels_looped_probe on an H100 (validation/run/probes): blind320/li02's KAN grid
+    # updates, lstsq of batches of (4,096, 11) float32 (gels_looped)
+    (4096, 11, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(
@@ -669,6 +672,10 @@ ORMQR_WORKSPACE = {
     (32768, 32, 32, torch.float64): 76163328,
     # kp68_blind301_linalg_workspaces_probe on an H100: blind301/kp04's whitened regression
     (16384, 512, 512, torch.float64): 105388032,
+    # li70_kan_lstsq_gels_looped_probe on an H100: blind320/li02's KAN grid updates
+    (4096, 256, 11, torch.float32): 5163520,
+    (4096, 64, 11, torch.float32): 4769536,
+    (4096, 1, 11, torch.float32): 4640384,
 }
 
 
