@@ -3,6 +3,7 @@ truth (fixtures/run/truth_blind21_h200.tar.xz: allocations and requested bytes p
 
 import json
 import lzma
+import re
 
 import pytest
 import torch
@@ -563,6 +564,50 @@ def test_lstsq_and_qr_of_kp04_take_the_h100s_workspaces():
         _, counts = counted(lambda: torch.linalg.lstsq(a, a))
         assert counts[1] >= 105388032
     assert not any("geqrf" in u or "ormqr" in u for u in cap.unmeasured)
+
+
+def test_lstsq_of_a_batch_gels_looped_takes_workspaces_per_matrix(monkeypatch):
+    # `gels_looped` (cuda/linalg/BatchLinearAlgebra.cpp) over 3 matrices of 300 rows (more than 256:
+    # no gelsBatched), as blind320/li02's KAN grid updates: `linalg_lstsq_gels`' tau (3 x 11), geqrf's
+    # info and one workspace per matrix (`apply_geqrf`), ormqr's likewise (`apply_ormqr`), then the
+    # batch's trsm (two pointer arrays of 8 bytes a matrix); workspace sizes stand-ins here
+    monkeypatch.setitem(_linalg.GEQRF_WORKSPACE, (300, 11, torch.float32), 1000)
+    monkeypatch.setitem(_linalg.ORMQR_WORKSPACE, (300, 5, 11, torch.float32), 2000)
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(3, 300, 11, device="cuda")
+        b = torch.empty(3, 300, 5, device="cuda")
+        torch.mm(b[0, :8], b[0, :8].T)  # the cuBLAS handle's workspace
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        res = torch.linalg.lstsq(a, b)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+    assert res.solution.shape == (3, 11, 5)
+    allocs = [e["size"] for e in trace if e["action"] == "alloc"]
+    assert allocs[:3] == [12, 3 * 300 * 5 * 4, 3 * 300 * 11 * 4]
+    assert allocs[3:14] == [132, 4, 1000, 1000, 1000, 4, 2000, 2000, 2000, 24, 24]
+    assert not cap.unmeasured
+
+
+def test_lstsq_of_li02_s_batches_allocates_as_the_h100_recorded():
+    # li70_kan_lstsq_gels_looped_probe's H100 events (runs of a repeated pair written `(...)xN`)
+    text = (ROOT / "validation" / "run" / "probes" / "li70_kan_lstsq_gels_looped_probe_h100.out").read_text()
+    for batch, nrhs in ((8, 256), (64, 1)):
+        tag = f"lstsq A ({batch}, 4096, 11) B ({batch}, 4096, {nrhs}) float32"
+        line = next(x for x in text.splitlines() if x.startswith(tag + ":"))
+        gpu = []
+        for group, times, single in re.findall(r"\(([^)]*)\)x(\d+)|(\S+)", line.split(" events ")[1]):
+            gpu += [int(t) for t in (group.split() * int(times) if group else [single])]
+        gpu = [s for s in gpu if s > 0]  # the allocations (+size), in order
+        with vramscope.capture(gpu="h100") as cap:
+            torch.mm(torch.empty(8, 8, device="cuda"), torch.empty(8, 8, device="cuda"))
+            a = torch.empty(batch, 4096, 11, device="cuda")
+            b = torch.empty(batch, 4096, nrhs, device="cuda")
+            torch.cuda.memory._record_memory_history()
+            start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+            torch.linalg.lstsq(a, b)
+            trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        assert [e["size"] for e in trace if e["action"] == "alloc"] == gpu
+        assert not cap.unmeasured
 
 
 def test_det_factors_as_slogdet_does():

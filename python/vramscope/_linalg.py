@@ -404,6 +404,9 @@ GEQRF_WORKSPACE = {
     # le70_blind316_lstsq_workspaces_probe on an H100 (fixtures/run/probes): blind316/le04's lstsq
     (32768, 65, torch.float32): 2909952,
     (32768, 96, torch.float32): 2909952,
+    # li70_kan_lstsq_gels_looped_probe on an H100 (validation/run/probes): blind320/li02's KAN grid
+    # updates, lstsq of batches of (4,096, 11) float32 (gels_looped)
+    (4096, 11, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(
@@ -681,6 +684,10 @@ ORMQR_WORKSPACE = {
     (32768, 32, 128, torch.float32): 50726016,
     (32768, 1, 65, torch.float32): 42356480,
     (32768, 64, 65, torch.float32): 42485632,
+    # li70_kan_lstsq_gels_looped_probe on an H100: blind320/li02's KAN grid updates
+    (4096, 256, 11, torch.float32): 5163520,
+    (4096, 64, 11, torch.float32): 4769536,
+    (4096, 1, 11, torch.float32): 4640384,
 }
 
 
@@ -688,11 +695,13 @@ def _linalg_lstsq(cap, func, args, kwargs):
     """`linalg_lstsq` with m >= n on CUDA (driver gels, the only one there):
     `linalg_lstsq_out` (BatchLinearAlgebra.cpp): the int32 infos (`at::zeros`), the solution
     (max(m, n) x nrhs, column-major), A's column-major copy, then `lstsq_kernel`
-    (cuda/linalg/BatchLinearAlgebra.cpp). One matrix (and batches `gels_looped` takes, not
-    modelled): `linalg_lstsq_gels`' tau, geqrf and ormqr (each its info and workspace) and a trsm;
-    tau dies. Batches of at most 256 rows in at least max(2, m / 16) matrices: `gels_batched_cublas`
-    (`apply_gels_batched`: a column-major clone of A, the pointer arrays of it and of B, 8 bytes a
-    matrix, freed with the clone after gelsBatched). Then for m > n the residuals (`sum_out` of the
+    (cuda/linalg/BatchLinearAlgebra.cpp). One matrix, and batches `gels_looped` takes (more than
+    256 rows or too few matrices): `linalg_lstsq_gels`' tau (k per matrix), geqrf and ormqr (each
+    its info, then a workspace allocated and freed per matrix: `apply_geqrf`, `apply_ormqr`) and
+    the batch's trsm (A, the column-major copy, is not cloned again); tau dies. Batches of at most
+    256 rows in at least max(2, m / 16) matrices: `gels_batched_cublas` (`apply_gels_batched`: a
+    column-major clone of A, the pointer arrays of it and of B, 8 bytes a matrix, freed with the
+    clone after gelsBatched). Then for m > n the residuals (`sum_out` of the
     squared rows n: of the solution); the copy dies, `_linalg_check_errors`, the infos die. The
     solution is its first n rows. blind117/dm06's H200 history (16,384 x 2,049 float32, 200
     right-hand sides); pt61_linalg_workspace_probe's H100 history of (512, 64, 32) float64 with 32
@@ -715,9 +724,7 @@ def _linalg_lstsq(cap, func, args, kwargs):
     batch = _batch(a)
     if m < n or m == 0 or n == 0 or nrhs == 0 or batch == 0:
         return NotImplemented
-    batched = a.dim() > 2
-    if batched and not (m <= 256 and batch >= max(2, m // 16)):
-        return NotImplemented  # `gels_looped` over a batch: not modelled
+    batched = a.dim() > 2 and m <= 256 and batch >= max(2, m // 16)  # `gels_batched_cublas`
     cap.ops += 1
     op = "aten::linalg_lstsq"
     elem = a.element_size()
@@ -737,12 +744,12 @@ def _linalg_lstsq(cap, func, args, kwargs):
         del b_pointers, a_pointers, clone
     else:
         k = min(m, n)
-        tau = cap.malloc(k * elem, op, "temporary")
-        _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), 1, "geqrf", op)
-        _cusolver_loop(cap, ORMQR_WORKSPACE, (m, nrhs, k, a.dtype), 1, "ormqr", op)
+        tau = cap.malloc(batch * k * elem, op, "temporary")
+        _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+        _cusolver_loop(cap, ORMQR_WORKSPACE, (m, nrhs, k, a.dtype), batch, "ormqr", op)
         # R X = Q^H B by `triangular_solve_kernel` (two 8-byte pointer arrays for n < 64:
         # pt61_linalg_workspace_probe's 32,768 x 32 float64 history on an H100, fixtures/run/probes)
-        trsm(cap, 1, n, a.dtype, op)
+        trsm(cap, batch, n, a.dtype, op)
         del tau
     if m > n:
         residuals = torch.empty((*lead, nrhs), dtype=a.dtype, device="meta")
