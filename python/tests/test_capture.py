@@ -4092,6 +4092,27 @@ def test_an_op_that_runs_nowhere_stops_the_script_with_what_it_is():
             raise AssertionError("expected NotImplementedError")
 
 
+def test_bce_with_logits_backward_subtracts_float_targets_in_place_from_bf16_sigmoid():
+    # binary_cross_entropy_with_logits_backward (FunctionsManual.cpp), grad mode off:
+    # `input.sigmoid().sub_(target)`: the in-place sub keeps the bf16 sigmoid (a float32 target's
+    # result type casts to it), so the gradient is the node's one allocation (blind315/ld02's H100
+    # history, bf16 logits (48, 500) against float32 targets: 48,000 bytes in the node)
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(48, 500, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        t = torch.empty(48, 500, device="cuda")
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(x, t)
+        grad = torch.ones((), device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_stats()
+        (g,) = torch.autograd.grad(loss, x, grad)
+        after = torch.cuda.memory_stats()
+        counts = tuple(
+            after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+        )
+        assert g.dtype == torch.bfloat16
+        assert counts == (1, 48_000)
+
+
 def test_bce_keeps_its_input_sized_storage_under_the_0_dim_loss():
     # blind10/j08's H200 per-op record of F.binary_cross_entropy(x, t, reduction="sum"), (128, 3,
     # 128, 128) fp32: `empty_like(input)` resized to the 0-dim sum keeps its 25,165,824 bytes; the

@@ -281,7 +281,9 @@ def _in_place_in_node(cap, func, args, kwargs):
     other = args[1] if len(args) > 1 else None
     shape = torch.broadcast_shapes(a.shape, other.shape) if isinstance(other, torch.Tensor) else a.shape
     dtype = torch.result_type(a, other) if other is not None else a.dtype
-    if tuple(shape) != tuple(a.shape) or dtype != a.dtype:
+    # an in-place op writes its result type cast to `a`'s where `canCast` allows it
+    # (TensorIteratorBase::compute_types): a bf16 `sigmoid().sub_(float32 target)` stays in place
+    if tuple(shape) != tuple(a.shape) or not torch.can_cast(dtype, a.dtype):
         return NotImplemented
     return cap.run(inplace, args, kwargs, [t for t in tensors_in(args) if registered(t)])
 
