@@ -7,7 +7,9 @@ before it.
   1,000,000 x 64 matrix, q 16), and the `torch.svd_lowrank(X, q=16, niter=2)` call itself; for a rule,
   qr of (1,000,000, 8), (250,000, 16) and (64, 8) float32.
 - lk04: `torch.linalg.eigh` of (8, 1,024, 3, 3) float32 (syevjBatched over 8,192 3 x 3 matrices) and,
-  for a rule, of 1, 1,024 and 65,536 such matrices and of 8,192 in float64.
+  for a rule, of 1, 1,024 and 65,536 such matrices and of 8,192 in float64; lk04's FFT convolution:
+  `torch.fft.rfft2` of (16, 3, 1,024, 1,024) and of (1, 1, 31, 31) float32 with s (1,054, 1,054)
+  (zero padded), and `torch.fft.irfft2` of the (16, 3, 1,054, 528) complex64 product with s (1,054, 1,054).
 """
 
 import torch
@@ -57,3 +59,10 @@ for shape, dtype in (
     c = x @ x.transpose(-1, -2)
     events(f"eigh {tuple(shape)} {dtype}", lambda c=c: torch.linalg.eigh(c))
     del x, c
+
+img = torch.rand(16, 3, 1024, 1024, device=dev)
+k2 = torch.rand(1, 1, 31, 31, device=dev)
+Fi = events("rfft2 (16, 3, 1024, 1024) s (1054, 1054) float32", lambda: torch.fft.rfft2(img, s=(1054, 1054)))
+Fk = events("rfft2 (1, 1, 31, 31) s (1054, 1054) float32", lambda: torch.fft.rfft2(k2, s=(1054, 1054)))
+Fi.mul_(Fk)
+events("irfft2 (16, 3, 1054, 528) s (1054, 1054) complex64", lambda: torch.fft.irfft2(Fi, s=(1054, 1054)))
