@@ -745,14 +745,21 @@ def test_eigh_of_small_matrices_takes_the_workspace_the_h100_measured(batch, dty
     assert not cap.unmeasured
 
 
-@pytest.mark.parametrize(("batch", "work"), [(8192, 2_223_898_880), (1024, 277_987_584)])
-def test_eigh_of_3_by_3_batches_takes_the_workspace_the_h100_measured(batch, work):
+@pytest.mark.parametrize(
+    ("batch", "dtype", "work"),
+    [
+        (8192, torch.float32, 2_223_898_880),
+        (1024, torch.float32, 277_987_584),
+        (8192, torch.float64, 4_447_797_632),  # lk70_blind322_fft_probe
+    ],
+)
+def test_eigh_of_3_by_3_batches_takes_the_workspace_the_h100_measured(batch, dtype, work):
     # lk70_blind322_workspaces_probe's H100 events (blind322/lk04's point normals): vectors, values,
     # infos, the batched solver's one workspace, check_errors' byte
     with vramscope.capture(gpu="h100") as cap:
-        a = torch.empty(batch, 3, 3, device="cuda")
+        a = torch.empty(batch, 3, 3, device="cuda", dtype=dtype)
         _, counts = counted(lambda: torch.linalg.eigh(a))
-        assert counts == (5, batch * (36 + 12 + 4) + work + 1)
+        assert counts == (5, batch * (9 + 3) * a.element_size() + batch * 4 + work + 1)
     assert not cap.unmeasured
 
 

@@ -73,6 +73,8 @@ SYEVJ_BATCHED_WORKSPACE = {
     # matrices): 271,472 bytes a 3 x 3 float32 matrix plus 256
     (3, 8192, torch.float32): 2_223_898_880,
     (3, 1024, torch.float32): 277_987_584,
+    # lk70_blind322_fft_probe on an H100: 8,192 3 x 3 float64
+    (3, 8192, torch.float64): 4_447_797_632,
 }
 
 
