@@ -8255,3 +8255,20 @@ def test_record_memory_history_skip_actions_and_max_entries_shape_the_trace():
         ) == 3
         assert len(trace) == 3
         torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def test_in_place_addmv_reads_its_matrix_as_the_second_argument():
+    """`Tensor.addmv_(mat, vec)` (aten::addmv_) runs `addmv_out_cuda` as `addmv` does: its matrix is
+    the second argument, not `self` (blind322/lk05's chunked Newton gradient, `grad.addmv_(xs.T, r)`);
+    a matrix with neither stride 1 is made contiguous before `gemv` (Blas.cpp), a copy the peak shows."""
+    with vramscope.capture(gpu="h100"):
+        x = torch.randn(1024, 32, dtype=torch.float64, device="cuda")
+        g = torch.zeros(32, dtype=torch.float64, device="cuda")
+        v = torch.randn(1024, dtype=torch.float64, device="cuda")
+        g.addmv_(x.T, v)  # transposed: stride 1 with a leading dimension that fits, no copy
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        h = torch.zeros(16, dtype=torch.float64, device="cuda")
+        h.addmv_(x[::2, ::2].T, v[::2])  # strides (2, 64): copied first
+        assert torch.cuda.memory_allocated() - base == 512
+        assert torch.cuda.max_memory_allocated() - base == 512 + 512 * 16 * 8

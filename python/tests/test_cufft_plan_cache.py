@@ -115,3 +115,23 @@ def test_bluestein_plan_takes_its_work_area_a_batch_item():
         assert peak == 34816 + 141312
         peak, _ = _peak_above(lambda t: torch.fft.fft(t, n=4096), x)
         assert peak == 64 * 4096 * 8
+
+
+@pytest.mark.parametrize(
+    ("batch", "gpu_peak"), [((16, 3), 641_728_512), ((4, 3), 160_174_592), ((1, 1), 13_348_864)]
+)
+def test_padded_2d_real_plans_of_1054_take_a_half_spectrum_work_area_an_item(batch, gpu_peak):
+    # lk70_blind322_fft_probe's H100 events and peaks (blind322/lk04's FFT convolution): rfft2 with
+    # s (1,054, 1,054) pads the input, then its output and a work area the size of the output (1,054
+    # x 528 complex an item); irfft2 of the half spectrum its output, the input's clone and the same
+    # work area; the unpadded 1,024 x 1,024 plan none
+    with vramscope.capture():
+        x = torch.zeros(*batch, 1024, 1024, device="cuda")
+        peak, _ = _peak_above(lambda t: torch.fft.rfft2(t, s=(1054, 1054)), x)
+        assert peak == gpu_peak
+        spec = torch.zeros(*batch, 1054, 528, dtype=torch.complex64, device="cuda")
+        peak, _ = _peak_above(lambda t: torch.fft.irfft2(t, s=(1054, 1054)), spec)
+        assert peak == gpu_peak
+        if batch == (16, 3):
+            peak, _ = _peak_above(torch.fft.rfft2, x)
+            assert peak == 201_719_808

@@ -790,6 +790,38 @@ def test_eigh_of_small_matrices_takes_the_workspace_the_h100_measured(batch, dty
     assert not cap.unmeasured
 
 
+@pytest.mark.parametrize(
+    ("batch", "dtype", "work"),
+    [
+        (8192, torch.float32, 2_223_898_880),
+        (1024, torch.float32, 277_987_584),
+        (8192, torch.float64, 4_447_797_632),  # lk70_blind322_fft_probe
+    ],
+)
+def test_eigh_of_3_by_3_batches_takes_the_workspace_the_h100_measured(batch, dtype, work):
+    # lk70_blind322_workspaces_probe's H100 events (blind322/lk04's point normals): vectors, values,
+    # infos, the batched solver's one workspace, check_errors' byte
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(batch, 3, 3, device="cuda", dtype=dtype)
+        _, counts = counted(lambda: torch.linalg.eigh(a))
+        assert counts == (5, batch * (9 + 3) * a.element_size() + batch * 4 + work + 1)
+    assert not cap.unmeasured
+
+
+@pytest.mark.parametrize("shape", [(1000000, 16), (64, 16), (1000000, 8), (250000, 16), (64, 8)])
+def test_qr_of_svd_lowrank_range_finders_takes_the_h100s_geqrf_workspace(shape):
+    # lk70_blind322_workspaces_probe's H100 events (blind322/lk01's svd_lowrank, q 16): Q, R, tau,
+    # geqrf's info and its 3,145,856-byte workspace, orgqr's info and workspace, in that order
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(*shape, device="cuda")
+        torch.cuda.synchronize()
+        _, counts = counted(lambda: torch.linalg.qr(a))
+        gpu = probe_events("lk70_blind322_workspaces_probe_h100.txt", f"qr {shape} float32")
+        allocs = [n for action, n in gpu if action == "alloc"]
+        assert counts == (len(allocs), sum(allocs))
+    assert not cap.unmeasured
+
+
 def test_cholesky_inverse_and_lu_factor_of_one_matrix():
     # dm06 (K-FAC): the result, the factor's column-major clone and potrs' info; LU, pivots, info
     # and getrf's workspace

@@ -68,6 +68,13 @@ SYEVJ_BATCHED_WORKSPACE = {
     (16, 512, torch.complex128): 643_728_000,
     (16, 2048, torch.float64): 1_287_455_104,
     (16, 2048, torch.complex64): 1_287_455_104,
+    # lk70_blind322_workspaces_probe on an H100 (blind322/lk04's normals: 8 x 1,024 3 x 3 covariances;
+    # torch 2.11's batched path there is cusolverDnXsyevBatched, named by the probe's error at 65,536
+    # matrices): 271,472 bytes a 3 x 3 float32 matrix plus 256
+    (3, 8192, torch.float32): 2_223_898_880,
+    (3, 1024, torch.float32): 277_987_584,
+    # lk70_blind322_fft_probe on an H100: 8,192 3 x 3 float64
+    (3, 8192, torch.float64): 4_447_797_632,
 }
 
 
@@ -407,6 +414,13 @@ GEQRF_WORKSPACE = {
     # li70_kan_lstsq_gels_looped_probe on an H100 (validation/run/probes): blind320/li02's KAN grid
     # updates, lstsq of batches of (4,096, 11) float32 (gels_looped)
     (4096, 11, torch.float32): 3145856,
+    # lk70_blind322_workspaces_probe on an H100: blind322/lk01's `svd_lowrank(X, q=16)` of a
+    # 1,000,000 x 64 matrix (its range finder's QRs), and neighbours
+    (1000000, 16, torch.float32): 3145856,
+    (64, 16, torch.float32): 3145856,
+    (1000000, 8, torch.float32): 3145856,
+    (250000, 16, torch.float32): 3145856,
+    (64, 8, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(

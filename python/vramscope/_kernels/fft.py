@@ -47,6 +47,11 @@ _CUFFT_WORKSPACE = {
     ("r2c", torch.float32, (262144,)): 1_048_584,
     ("c2r", torch.float32, (262144,)): 1_048_584,
     ("c2c", torch.float32, (4351,)): 139_968,
+    # lk70_blind322_fft_probe (H100, blind322/lk04's zero-padded FFT convolution): the 2-D real-to-complex
+    # and complex-to-real plans of 1,054 x 1,054 = (2 x 17 x 31)^2 one half-spectrum (1,054 x 528
+    # complex) an item at batch 1, 12 and 48; those of 1,024 x 1,024 none
+    ("r2c", torch.float32, (1054, 1054)): 4_452_096,
+    ("c2r", torch.float32, (1054, 1054)): 4_452_096,
 }
 
 #: cuFFT's work area where a plan's batch has a figure of its own (the same probes, by transform,

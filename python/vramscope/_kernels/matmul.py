@@ -265,9 +265,9 @@ for _f in (aten.mm.default, aten.mm.out):
 def _gemv(cap, func, call, outs):
     """`addmv_out_cuda` (Blas.cpp; `mv` runs it): `gemv` on the matrix as it is when either of its
     strides is 1 with a leading dimension that fits, else on `mat.contiguous()`; a vector of
-    stride 0 made contiguous first."""
+    stride 0 made contiguous first. `addmv` and the in-place `addmv_` take `self` first."""
     (args, _kw) = call
-    if func._schema.name == "aten::addmv":
+    if func._schema.name in ("aten::addmv", "aten::addmv_"):
         mat, vec = args[1], args[2]
     else:
         mat, vec = args[0], args[1]
