@@ -1044,3 +1044,24 @@ def test_the_h100s_first_cudnn_rnn_placement_probe():
     warm = [line for line in twice.splitlines() if line.startswith("plain seg ")][3:]
     out = subprocess.run(run, capture_output=True, text=True, env=os.environ, timeout=600)
     assert [line for line in out.stdout.splitlines() if line.startswith("plain seg ")] == warm
+
+
+def test_blind321_sincnet_three_layer_lstm_problems_are_measured():
+    from vramscope import _rnn
+
+    # blind321/lj03 (SincNet front end + 3-layer nn.LSTM of 384 over 60 inputs, no dropout): float16
+    # under bf16 autocast (AutocastRNN.cpp casts to kHalf), training at 256 x 937 steps past
+    # `_fitted_uni`'s 400, inference at 256 x 1,174 past its 800; both had been left out (the H100
+    # peaked 3,785,177,600 bytes above the twin in training). Measured by the H100 probe
+    # validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe.py (_h100.out): the reserve and
+    # the inference workspace are the fitted forms' (`_uni_reserve`, the inference form) to the byte.
+    lstm = _rnn.MODES["lstm"]
+    assert (
+        _rnn._fitted(lstm, torch.float16, 60, 384, 0, 3, False, 0.0, True, 256, 937, 256 * 937, False) is None
+    )
+    p = _rnn._problems()[("lstm", "float16", 60, 384, 0, 3, False, 256, 937, None, True)]
+    reserve = _rnn._uni_reserve(lstm, 2, 384, 3, 0.0, 256, 937, 256 * 937)
+    assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (654264576, reserve, 654264576)
+    assert reserve == 3131769088
+    p = _rnn._problems()[("lstm", "float16", 60, 384, 0, 3, False, 256, 1174, None, False)]
+    assert p["workspace"] == 505358592
