@@ -1,13 +1,14 @@
-"""Probe (session 70, helper qc) for blind312/la02 and la03's small-pool segment count: `block_diff.py --cross`
-over their pool probes' H100 histories (session 69) shows the count follows the segments' addresses, not the
-requests (each side's requests over the other's addresses give the other's count). Where the addresses part:
-la02 (`QC_SCRIPT=la02`) from its first cuDNN convolution (ActNorm's data init: its 17th segment, 96 MiB for
-the first `elu`, 6 MiB higher on the H100 than in the twin, as if the first cuDNN handle took 6 MiB placed as a
-segment) and la03 (`QC_SCRIPT=la03`) from its `valid_rolls` (18 MiB then 20 MiB: 10 MiB higher on the H100,
-where rule 2 would put the pinned 8.25 MiB mapping of session 21; its next two 2 MiB segments in what looks
-like the driver pool's top). Runs the script up to `model.train()` (la02 also its first training step) and
-prints every segment (size, offset from the first, pool) in the order made, lines the twin prints too.
-GPU: under `../va_run_maps.py` (maps after every op) as the request file says; < 30 s, < 7 GB."""
+"""Probe (session 70, helper qc) for blind312/la02 and la03's small-pool segment count.
+`block_diff.py --cross` over their pool probes' H100 histories (session 69) shows the count follows the
+segments' addresses, not the requests: each side's requests over the other's addresses give the other's
+count. Where the addresses part: la02 (`QC_SCRIPT=la02`) from its first cuDNN convolution (ActNorm's data
+init; its 17th segment, 96 MiB for the first `elu`, lies 6 MiB higher on the H100 than in the twin, as if
+the first cuDNN handle took 6 MiB placed as a segment); la03 (`QC_SCRIPT=la03`) from its `valid_rolls`
+(20 MiB, 10 MiB higher on the H100, where rule 2 would put session 21's pinned 8.25 MiB mapping; its next
+two 2 MiB segments lie in what looks like the driver pool's top). Runs the script up to `model.train()`
+(la02 also its first training step) and prints every segment (size, offset from the first) in the order
+made: lines the twin prints too. GPU: under `../va_run_maps.py` (the maps after every op), as the request
+file says; < 30 s, < 7 GB."""
 
 import os
 import pathlib
