@@ -27,6 +27,7 @@ CASES = {
     "index_select": "x.view(-1, 256).index_select(0, i)",
     "scatter_": "torch.zeros(1024, 10, device='cuda').scatter_(1, i[:1024, None] % 10, 1.0)",
     "bernoulli": "torch.bernoulli(x.view(-1)[:4096].clamp(0, 1).expand(8, 4096))",
+    "nll_loss": "F.nll_loss(x.view(-1, 256)[:4096], i % 256)",
     "pow": "x.pow(3)",
     "to_copy": "x.to(torch.bfloat16)",
     "softmax": "x.view(64, -1).softmax(-1)",
