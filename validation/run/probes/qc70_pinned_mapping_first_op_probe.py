@@ -6,7 +6,7 @@ processes with maps `mean.dim`, `embedding`, `max`, `add.Tensor`, `mse_loss`, `l
 case's op alone, a sync; each line prints the `/dev/zero` mappings that op added (MiB), then those a second
 op (`x.sum()`) adds after it. A case whose own line shows 8.25 maps it at its module's first kernel; `sleep`
 (no op for 2 s) tells a timer from an op. Run: python3 probes/qc70_pinned_mapping_first_op_probe.py (from
-validation/run); < 60 s (4 processes at a time), < 1 GB. Plain python3; no twin lines (the twin lays no
+validation/run); < 60 s (6 processes at a time), < 1 GB. Plain python3; no twin lines (the twin lays no
 such mapping out)."""
 
 import os
@@ -70,6 +70,6 @@ def run(name):
     return r.stdout.strip() or f"{name}: failed: {r.stderr.strip().splitlines()[-1:]}"
 
 
-with ThreadPoolExecutor(int(os.environ.get("QC_WORKERS", "4"))) as pool:
+with ThreadPoolExecutor(int(os.environ.get("QC_WORKERS", "6"))) as pool:
     for line in pool.map(run, CASES):
         print(line, flush=True)
