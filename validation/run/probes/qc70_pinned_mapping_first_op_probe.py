@@ -34,6 +34,25 @@ CASES = {
     "sort": "x.view(-1)[:65536].sort()",
 }
 
+# QC_CASES=cast: a kernel with dynamic casting (mixed dtypes: `fetch_and_cast`'s CUDA_KERNEL_ASSERT) or not
+if os.environ.get("QC_CASES") == "cast":
+    CASES = {
+        "u8_to_f32": "u.float()",
+        "i64_to_f32": "i.float()",
+        "f32_to_f16": "x.half()",
+        "f32_to_bf16": "x.bfloat16()",
+        "f16_add_f32": "x.half() + x",
+        "f32_add_f32": "x + x",
+        "f32_mul_f64_0d": "x * torch.tensor(2.0, dtype=torch.float64, device='cuda')",
+        "gt_to_bool": "x > 0.25",
+        "randint": "torch.randint(0, 10, (4096,), device='cuda')",
+        "rand": "torch.rand(4096, device='cuda')",
+        "normal": "torch.randn(4096, device='cuda')",
+        "cumsum": "x.view(64, -1).cumsum(-1)",
+        "where": "torch.where(x > 0, x, 0.0)",
+        "clamp": "x.clamp(0, 1)",
+    }
+
 CHILD = """
 import os, sys, time
 import torch
@@ -51,6 +70,7 @@ def zero():
 x = torch.empty(16 << 20, device="cuda")
 x.fill_(0.5)
 i = (torch.arange(4096) % 1024).to("cuda")  # a host op and a 32 KiB copy: no kernel
+u = torch.ones(4096, dtype=torch.uint8).to("cuda")
 torch.cuda.synchronize()
 m0 = zero()
 CASE
