@@ -95,3 +95,56 @@ def test_life_names_an_allocation_freed_later_not_frees_reordered_between_alloca
         and out[0].startswith("allocation 1 of 1,048,576")
         and "freed after allocation 3 / 4" in out[0]
     )
+
+
+def test_cross_tells_a_segment_count_that_follows_the_addresses_from_one_that_follows_the_requests(
+    tmp_path, capsys
+):
+    # the same small-pool requests on both sides; the twin made its first 2 MiB segment above the
+    # second, the GPU below it. After x is freed two 1 MiB free blocks tie and w takes the lower
+    # address (BlockComparatorSize): the GPU's leaves two 1 MiB holes when y is freed, the twin's one
+    # 2 MiB hole (free_block merges), and three 640 KiB requests need a third segment on the GPU only
+    low, high, third = 1 << 32, 1 << 33, 1 << 34
+    k640 = 640 << 10
+
+    def history(name, first, second, places):
+        x, y, z, w, p1, p2, p3 = places
+        entries = [
+            {"action": "segment_alloc", "addr": first, "size": 2 * MB},
+            {"action": "alloc", "addr": x, "size": MB},
+            {"action": "alloc", "addr": y, "size": MB},
+            {"action": "segment_alloc", "addr": second, "size": 2 * MB},
+            {"action": "alloc", "addr": z, "size": MB},
+            {"action": "free_completed", "addr": x, "size": MB},
+            {"action": "alloc", "addr": w, "size": MB},
+            {"action": "free_completed", "addr": y, "size": MB},
+            {"action": "alloc", "addr": p1, "size": k640},
+            {"action": "alloc", "addr": p2, "size": k640},
+        ]
+        if p3 == third:
+            entries.append({"action": "segment_alloc", "addr": third, "size": 2 * MB})
+        entries.append({"action": "alloc", "addr": p3, "size": k640})
+        return str(_history(tmp_path / name, entries))
+
+    gpu = history("g.pickle", low, high, (low, low + MB, high, low, low + MB, high + MB, third))
+    twin = history(
+        "t.pickle", high, low, (high, high + MB, low, low + MB, high, high + k640, high + 2 * k640)
+    )
+    requests, bases = block_diff.small_requests(block_diff.load_trace(gpu))
+    taken, made = block_diff.best_fit(requests, bases)
+    assert made == [1, 3, 7] and taken[3][:2] == (0, 0)
+    block_diff.cross(gpu, twin)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "GPU: 7 small allocations, 7 where best fit over its own segments puts them, 3 segments",
+        "twin: 7 small allocations, 7 where best fit over its own segments puts them, 2 segments",
+        "GPU's requests over the twin's segment addresses: 2 segments",
+        "twin's requests over the GPU's segment addresses: 3 segments",
+    ]
+    assert out[4].startswith(
+        "the GPU's requests first take another block at small allocation 4: segment #0 + 0"
+    )
+    assert out[5:] == [
+        "    segment #0: GPU +0 MiB, twin +0 MiB from the first small segment",
+        "    segment #1: GPU +4096 MiB, twin -4096 MiB from the first small segment",
+    ]

@@ -13,6 +13,12 @@
                                                         each free counted in allocations made before
                                                         it, so frees in another order between two
                                                         allocations do not count
+    python block_diff.py --cross GPU.pickle TWIN.pickle
+                                                        the small pool's best fit replayed with each
+                                                        side's requests over the other side's segment
+                                                        addresses: does the segment count follow the
+                                                        requests or the addresses? and the first
+                                                        block the GPU's requests take otherwise
     python block_diff.py --slack SNAPSHOT.pickle START END
                                                         the unsplit blocks live at the peak of the
                                                         allocated figure between trace entries START
@@ -38,6 +44,12 @@ import sys
 
 SMALL_SEGMENT = 2 << 20
 SMALL_REQUEST = 1 << 20
+
+
+def load_trace(path):
+    """The first device's trace of a history (`NAME.pickle` or `NAME.pickle.xz`)."""
+    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
+        return pickle.load(f)["device_traces"][0]
 
 
 def round_size(n):
@@ -72,8 +84,7 @@ class Segments:
 def replay(path, stop=None):
     """The trace's allocations and frees with their blocks: a list of (entry index, allocated after it,
     block size or 0 for a free, entry), and the state at `stop` (segments, live blocks)."""
-    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
-        trace = pickle.load(f)["device_traces"][0]
+    trace = load_trace(path)
     segs = Segments()
     segments, seg_starts, seg_no = segs.size, segs.starts, segs.no
     live, starts = {}, []
@@ -160,8 +171,7 @@ def diff(gpu_path, twin_path, n):
 def placements(path):
     """Each allocation of the trace: (entry index, requested size, segment number, offset in it),
     segments numbered in the order they were made."""
-    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
-        trace = pickle.load(f)["device_traces"][0]
+    trace = load_trace(path)
     segs, out = Segments(), []
     for i, e in enumerate(trace):
         if not segs.apply(e) and e["action"] == "alloc":
@@ -207,8 +217,7 @@ def slack(path, start, end):
 def lifetimes(path):
     """Each allocation of the trace: [requested size, entry index, allocations made before its free
     (None while live), frames' entry]."""
-    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
-        trace = pickle.load(f)["device_traces"][0]
+    trace = load_trace(path)
     out, live = [], {}
     for i, e in enumerate(trace):
         if e["action"] == "alloc":
@@ -241,11 +250,125 @@ def life(gpu_path, twin_path, n):
         print(f"the same lifetimes over the first {parted} allocations")
 
 
+def small_requests(trace):
+    """The small pool's side of a trace: its allocations (requests rounded, at most 1 MiB) and their
+    frees as ("alloc", address, size) and ("free", address, 0), and the addresses of its 2 MiB
+    segments in the order they were made."""
+    out, bases = [], []
+    for e in trace:
+        action = e["action"]
+        if action == "alloc" and round_size(e["size"]) <= SMALL_REQUEST:
+            out.append(("alloc", e["addr"], round_size(e["size"])))
+        elif action == "free_completed":
+            out.append(("free", e["addr"], 0))
+        elif action == "segment_alloc" and e["size"] == SMALL_SEGMENT:
+            bases.append(e["addr"])
+    return out, bases
+
+
+def best_fit(requests, bases):
+    """`requests` (small_requests') replayed through the small pool's best fit over new 2 MiB
+    segments at `bases`, taken in order as the pool needs one: CUDACachingAllocator.cpp's
+    `get_free_block` takes the smallest free block that fits, the lowest address of equal ones
+    (`BlockComparatorSize`; one stream), `alloc_found_block` splits off any rest (512 bytes at least:
+    every request is a multiple of 512), `free_block` merges a freed block with free neighbours of
+    its segment. Returns each allocation's (segment number, offset, free blocks of its size
+    left in other segments as (segment number, offset)) and the allocation numbers (from 1) at which
+    a segment was made."""
+    free, by_start, by_end = [], {}, {}
+    starts, no, taken, made, m = [], {}, [], [], {}
+
+    def add(a, s):
+        bisect.insort(free, (s, a))
+        by_start[a], by_end[a + s] = s, a
+
+    def remove(a):
+        s = by_start.pop(a)
+        del by_end[a + s]
+        free.remove((s, a))
+        return s
+
+    def segment(a):
+        return starts[bisect.bisect_right(starts, a) - 1]
+
+    for action, addr, size in requests:
+        if action == "alloc":
+            i = bisect.bisect_left(free, (size, -1))
+            if i == len(free):
+                base = bases[len(made)]
+                made.append(len(taken) + 1)
+                no[base] = len(no)
+                bisect.insort(starts, base)
+                add(base, SMALL_SEGMENT)
+                i = bisect.bisect_left(free, (size, -1))
+            block, at = free[i]
+            remove(at)
+            seg = segment(at)
+            ties = [(no[segment(a)], a - segment(a)) for s, a in free if s == block]
+            taken.append((no[seg], at - seg, ties))
+            if block > size:
+                add(at + size, block - size)
+            m[addr] = (at, size)
+        elif addr in m:
+            at, size = m.pop(addr)
+            seg = segment(at)
+            if at + size in by_start and segment(at + size) == seg:
+                size += remove(at + size)
+            if at in by_end and segment(by_end[at]) == seg:
+                prev = by_end[at]
+                size += remove(prev)
+                at = prev
+            add(at, size)
+    return taken, made
+
+
+def cross(gpu_path, twin_path):
+    """Whether the small pool's segment count follows the requests or the segments' addresses."""
+    (gpu, gpu_bases), (twin, twin_bases) = (small_requests(load_trace(p)) for p in (gpu_path, twin_path))
+    for name, requests, bases in (("GPU", gpu, gpu_bases), ("twin", twin, twin_bases)):
+        taken, made = best_fit(requests, bases)
+        actual = [addr for action, addr, _ in requests if action == "alloc"]
+        # segment numbers count in the order the segments were made, as `bases` lists them
+        placed = sum(
+            bases[seg] + offset == addr for (seg, offset, _), addr in zip(taken, actual, strict=True)
+        )
+        print(
+            f"{name}: {len(taken):,} small allocations, {placed:,} where best fit over its own segments puts "
+            f"them, {len(made)} segments"
+        )
+    for reqs, segs, label in (
+        (gpu, twin_bases, "GPU's requests over the twin's segment addresses"),
+        (twin, gpu_bases, "twin's requests over the GPU's segment addresses"),
+    ):
+        try:
+            print(f"{label}: {len(best_fit(reqs, segs)[1])} segments")
+        except IndexError:
+            print(f"{label}: more segments than the other side made")
+    own, other = best_fit(gpu, gpu_bases)[0], best_fit(gpu, twin_bases)[0]
+    for k, (g, t) in enumerate(zip(own, other, strict=False)):
+        if g[:2] != t[:2]:
+            print(
+                f"the GPU's requests first take another block at small allocation {k + 1:,}: segment "
+                f"#{g[0]} + {g[1]:,} over the GPU's addresses (free blocks of its size: {g[2][:4]}), "
+                f"#{t[0]} + {t[1]:,} over the twin's ({t[2][:4]}); small segments numbered from 0 in the "
+                "order they were made"
+            )
+            for s in sorted({g[0], t[0]} | {x[0] for x in g[2][:4] + t[2][:4]}):
+                print(
+                    f"    segment #{s}: GPU {(gpu_bases[s] - gpu_bases[0]) / 2**20:+.0f} MiB, "
+                    f"twin {(twin_bases[s] - twin_bases[0]) / 2**20:+.0f} MiB from the first small segment"
+                )
+            return
+    print("the GPU's requests take the same blocks over either side's addresses")
+
+
 def main():
     if sys.argv[1] == "--life":
         life(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
     elif sys.argv[1] == "--slack":
         slack(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "--cross":
+        cross(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "--place":
         place(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
     else:
