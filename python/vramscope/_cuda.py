@@ -583,9 +583,7 @@ def patch(cap) -> _Patch:
                 _graph_values.apply(self._vs_shadow, [*sources, *_graph_values.captured(tape)])
 
         def reset(self):
-            rng_graphs["graphs"].discard(id(self))
-            if not rng_graphs["graphs"]:
-                rng_graphs["extragraph"] = None
+            # (the generator keeps the graph registered: only `~CUDAGraph` unregisters it)
             private = getattr(self, "_private", None)
             if private is not None:
                 for held in [private, *self.__dict__.get("_joined", ())]:
@@ -598,6 +596,11 @@ def patch(cap) -> _Patch:
 
         def __del__(self):
             if cap.active:
+                # ~CUDAGraph (CUDAGraph.cpp): `unregister_graph` from each generator state, then
+                # `reset()`; the last graph to leave frees the seed and offset tensors
+                rng_graphs["graphs"].discard(id(self))
+                if not rng_graphs["graphs"]:
+                    rng_graphs["extragraph"] = None
                 self.reset()
 
         def pool(self):
