@@ -2003,18 +2003,9 @@ impl<D: Device> CachingAllocator<D> {
         };
         self.stats.num_device_free += 1;
         self.record(TraceAction::SegmentFree, addr, size, stream);
-        // `cudaFree(block->ptr)` frees the whole allocation that begins at `ptr`: a segment's
-        // first block released by `release_available_cached_blocks` while its segment is split
-        // (`max_split_size_mb` set at run time) takes its tail's device memory with it, though
-        // `release_block`'s counters drop by the block's size alone and the tail's blocks stay
-        // (their `prev` dangling, as PyTorch's)
-        let mut seg_size = size;
-        let mut n = self.b(id).next;
-        while n != NIL {
-            seg_size += self.b(n).size;
-            n = self.b(n).next;
-        }
-        self.device.free(addr, seg_size);
+        // `cudaFree`: a split segment's first block (`release_available_cached_blocks`) gives back
+        // its whole allocation on the device (`SimDevice::free`), the counters below the block's size
+        self.device.free(addr, size);
         self.total_allocated_memory -= size;
         self.stats.segment.decrease(small, 1);
         self.stats.reserved_bytes.decrease(small, size);
