@@ -1443,8 +1443,11 @@ class _FunctionMode(TorchFunctionMode):
 def _rewrapped_numbers(func, args):
     """`args` with the Python numbers in Tensor-typed positions made 0-d host tensors again (the
     wrapped numbers the python fallback unwrapped), where no argument is a tensor; else None."""
-    if not args or any(isinstance(a, torch.Tensor) for a in args):
+    if not args:
         return None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return None
     schema = getattr(func, "_schema", None)
     if schema is None:
         return None
@@ -1639,8 +1642,11 @@ class _without_function_mode:
         n = torch._C._len_torch_function_stack()
         if n == 0:
             return
-        stack = [torch._C._get_function_stack_at(i) for i in range(n)]
-        if not any(m is self.mode for m in stack):
+        mode = self.mode
+        for i in range(n):
+            if torch._C._get_function_stack_at(i) is mode:
+                break
+        else:
             return
         above = []
         while True:
@@ -1835,9 +1841,9 @@ def _key(x):
         # a ZeroTensor (forward AD's `_efficientzerotensor`) dispatches otherwise than a dense tensor
         return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type, x._is_zerotensor())
     if isinstance(x, (list, tuple)):
-        return tuple(_key(y) for y in x)
+        return tuple([_key(y) for y in x])
     if isinstance(x, dict):
-        return tuple((k, _key(v)) for k, v in x.items())
+        return tuple([(k, _key(v)) for k, v in x.items()])
     hash(x)
     return x
 
@@ -2011,9 +2017,15 @@ def _in_meta_kernel(frame) -> bool:
     return False
 
 
+#: `torch.are_deterministic_algorithms_enabled` and `is_deterministic_algorithms_warn_only_enabled`
+#: without their Python wrappers (torch/__init__.py: each returns the `torch._C` getter's answer)
+_DETERMINISTIC = torch._C._get_deterministic_algorithms
+_DETERMINISTIC_WARN_ONLY = torch._C._get_deterministic_algorithms_warn_only
+
+
 def _deterministic_setting() -> tuple[bool, bool]:
     """`torch.use_deterministic_algorithms`'s mode and `warn_only`, a part of `_meta_cached`'s key."""
-    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    return _DETERMINISTIC(), _DETERMINISTIC_WARN_ONLY()
 
 
 def _meta_cached(func, args, kwargs):
@@ -3746,7 +3758,7 @@ class Capture:
             shapes(args)
         if complex_refused:
             _refuse_complex(func, args)
-        alert = _NOT_DETERMINISTIC.get(func) if torch.are_deterministic_algorithms_enabled() else None
+        alert = _NOT_DETERMINISTIC.get(func) if _DETERMINISTIC() else None
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
@@ -3982,12 +3994,20 @@ class Capture:
         elif small and not no_values:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
         elif not small and ours and not no_values:
-            vals = (
-                self.broadcast_values(func, args, kwargs, outs, ours)
-                or self.dense_values(func, args, kwargs, outs, ours)
-                or self.standin_values(func, args, kwargs, outs, ours)
-                or _large_choice_values(self, func, args, kwargs, outs)
-            )
+            if any(value(a) is not None for a in ours) or any(
+                isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs
+            ):
+                vals = (
+                    self.broadcast_values(func, args, kwargs, outs, ours)
+                    or self.dense_values(func, args, kwargs, outs, ours)
+                    or self.standin_values(func, args, kwargs, outs, ours)
+                    or _large_choice_values(self, func, args, kwargs, outs)
+                )
+            else:
+                # no operand carries values (a large op's common case): `broadcast_values` and
+                # `dense_values` need all of them, `standin_values` as many as its result's
+                # elements (none only for an empty one), so each would decline
+                vals = _large_choice_values(self, func, args, kwargs, outs)
         constant = decided or (vals is None and not small and factory_constant)
         if constant and not decided:
             vals = _constant_values(func, args, outs)

@@ -307,17 +307,19 @@ def first_from(frame, judge):
     if _LAYOUT is None:
         return False
     code_w, prev_w, instr_w, owner_at = _LAYOUT
+    # the words' byte offsets, computed once a walk rather than at each of its ~23 frames
+    code_at, prev_at = 8 * code_w, 8 * prev_w
     mem = _MEMORY
     unpack = _WORD.unpack_from
     codes = _CODES
     p = unpack(mem, id(frame) + 24)[0]
     while p:
-        p = unpack(mem, p + 8 * prev_w)[0]
+        p = unpack(mem, p + prev_at)[0]
         if not p:
             break
         if mem[p + owner_at] == 3:
             continue  # 3.12's C-stack shim frame (FRAME_OWNED_BY_CSTACK), skipped as by f_back
-        c = unpack(mem, p + 8 * code_w)[0]
+        c = unpack(mem, p + code_at)[0]
         known = codes.get(c)
         if known is None:
             known = code_entry(ctypes.cast(c, ctypes.py_object).value, c)
