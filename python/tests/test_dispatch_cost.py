@@ -214,3 +214,25 @@ def test_a_large_op_whose_operands_carry_no_values_asks_no_value_rule(monkeypatc
         e = torch.empty(0, 1 << 18, device="cuda")
         assert (e + x).shape == (0, 1 << 18)
         del out
+
+
+def test_the_large_result_checks_read_the_op_s_facts_without_hashing_it(monkeypatch):
+    # `run` tests each op's results for size (`_all_small`) and for values carried at any size
+    # (`_values_at_any_size`, whose uniform-draw test is kept on the op): no `OpOverload.__hash__`
+    with vramscope.capture():
+        x = torch.empty(1 << 18, device="cuda")
+        out = x + 1
+        small = torch.ones(8, device="cuda")
+        assert _capture._values_at_any_size(aten.add.Tensor, [out], [x]) is False
+        assert _capture._values_at_any_size(aten.rand.default, [out], []) is True
+
+        def hashed(self):
+            raise AssertionError(f"{self} hashed")
+
+        monkeypatch.setattr(torch._ops.OpOverload, "__hash__", hashed)
+        assert _capture._values_at_any_size(aten.add.Tensor, [out], [x]) is False
+        assert _capture._values_at_any_size(aten.rand.default, [out], []) is True
+        monkeypatch.undo()
+        assert not _capture._all_small([out], [x]) and not _capture._all_small([small], [x])
+        assert _capture._all_small([small, 3], [small]) and _capture._all_small([], [])
+        del out

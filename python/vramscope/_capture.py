@@ -2297,6 +2297,18 @@ def _scalar_division(func, args, kwargs):
     return (a.to(op) * inv).to(a.dtype)
 
 
+def _all_small(outs, ours) -> bool:
+    """Whether an op's results are of at most `VALUE_LIMIT` elements, and its simulated operands
+    too or carrying values: `run`'s test, in loops (no generator at each op)."""
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.numel() > VALUE_LIMIT:
+            return False
+    for a in ours:
+        if value(a) is None and a.numel() > VALUE_LIMIT:
+            return False
+    return True
+
+
 def _values_at_any_size(func, outs, ours) -> bool:
     """Whether an op's results carry values although they are large: a view of tensors that
     carry theirs (a view of the values, no copy); and, as an index tensor copied from the host
@@ -2307,7 +2319,11 @@ def _values_at_any_size(func, outs, ours) -> bool:
     `%`, comparisons and `&`, and its masks decide the sparse matrix's entries)."""
     if func.is_view:
         return bool(ours) and all(value(a) is not None for a in ours)
-    if func in _UNIFORM_DRAWS:
+    try:
+        uniform = func._vramscope_uniform_draw
+    except AttributeError:
+        uniform = _kept(func, "_vramscope_uniform_draw", func in _UNIFORM_DRAWS)
+    if uniform:
         # a uniform draw's values are the GPU's (`_philox.values`), as an integer draw's are
         return all(isinstance(o, torch.Tensor) and o.numel() <= UNIFORM_LIMIT for o in outs)
     indices = all(
@@ -3964,7 +3980,9 @@ class Capture:
         if self.capture_streams:
             # a node captured on the current stream (the order graph_capture_record_stream_reuse reads)
             self.device.capture_stream_op(self.stream)
-        before = {a.untyped_storage()._cdata for a in ours}
+        before = set()
+        for a in ours:
+            before.add(a.untyped_storage()._cdata)
         op, is_aten, mutable = _facts(func)
         if mutable and self.graph_undo:
             _graph_values.note_overwritten(self, _written(func, args, kwargs))
@@ -3975,9 +3993,7 @@ class Capture:
         except NotImplementedError as e:
             out = self.sizes_from_cpu(func, args, kwargs, e)
         outs = [out] if isinstance(out, torch.Tensor) else leaves(out)
-        small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
-            value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
-        )
+        small = _all_small(outs, ours)
         if small and mutable:
             small = (
                 all(value(a) is not None for a in ours)
