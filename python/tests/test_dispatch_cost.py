@@ -159,3 +159,80 @@ def test_the_dispatch_mode_is_called_without_torch_s_dynamo_wrapper_where_dynamo
         assert torch.ops.aten.add.Tensor in wrapped
         assert torch.cuda.memory_allocated() == 12288
         del y, z
+
+
+def test_an_op_reads_the_deterministic_setting_without_torch_s_python_wrappers(monkeypatch):
+    # `torch.are_deterministic_algorithms_enabled` and `is_deterministic_algorithms_warn_only_enabled`
+    # are Python functions returning `torch._C`'s getters (torch/__init__.py); the twin reads the
+    # setting at each op (`dispatch`'s alert, `_meta_cached`'s key): through the getters themselves
+    def wrapper():
+        if "vramscope" in sys._getframe(1).f_code.co_filename:
+            raise AssertionError("the op read the setting through torch's wrapper")
+        return torch._C._get_deterministic_algorithms()
+
+    with vramscope.capture():
+        x = torch.ones(1024, device="cuda")
+        monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", wrapper)
+        monkeypatch.setattr(torch, "is_deterministic_algorithms_warn_only_enabled", wrapper)
+        y = x * 2 + x.unsqueeze(0)
+        monkeypatch.undo()
+        assert torch.cuda.memory_allocated() == 4096 + 4096
+        del y
+
+
+def test_an_op_s_simulated_operands_are_found_in_order_in_nested_arguments():
+    # `registered_in` walks an op's arguments once (lists, tuples and dicts, depth first): the
+    # simulated tensors in the order `tensors_in` lists them, a host tensor and numbers left out
+    from vramscope import _tensor
+
+    with vramscope.capture():
+        a, b, c = (torch.empty(n, device="cuda") for n in (4, 8, 16))
+        host = torch.ones(2)
+        tree = ((a, 1.5, [b, host, (c, {"x": a, "y": [b]})], None), {"out": c, "n": [2, host]})
+        found = _tensor.registered_in(tree)
+        assert [id(t) for t in found] == [id(t) for t in _tensor.tensors_in(tree) if _tensor.registered(t)]
+        assert [id(t) for t in found] == [id(t) for t in (a, b, c, a, b, c)]
+        assert _tensor.registered_in(a) == [a] and _tensor.registered_in(((), {})) == []
+
+
+def test_a_large_op_whose_operands_carry_no_values_asks_no_value_rule(monkeypatch):
+    # `run` asks `broadcast_values`, `dense_values` and `standin_values` only where some operand
+    # carries values (or a result is empty, which `standin_values` computes over no values); a
+    # large op of a model's forward has none: they are not called
+    def declined(*args, **kwargs):
+        raise AssertionError("a value rule was asked")
+
+    with vramscope.capture():
+        x = torch.empty(1 << 18, device="cuda")
+        y = torch.empty(1 << 18, device="cuda")
+        with monkeypatch.context() as m:
+            for rule in ("broadcast_values", "dense_values", "standin_values"):
+                m.setattr(_capture.Capture, rule, declined)
+            out = torch.sigmoid(x) * y + x
+        assert torch.cuda.memory_allocated() == 3 << 20
+        # an empty result is still asked for its values (over no operand values)
+        e = torch.empty(0, 1 << 18, device="cuda")
+        assert (e + x).shape == (0, 1 << 18)
+        del out
+
+
+def test_the_large_result_checks_read_the_op_s_facts_without_hashing_it(monkeypatch):
+    # `run` tests each op's results for size (`_all_small`) and for values carried at any size
+    # (`_values_at_any_size`, whose uniform-draw test is kept on the op): no `OpOverload.__hash__`
+    with vramscope.capture():
+        x = torch.empty(1 << 18, device="cuda")
+        out = x + 1
+        small = torch.ones(8, device="cuda")
+        assert _capture._values_at_any_size(aten.add.Tensor, [out], [x]) is False
+        assert _capture._values_at_any_size(aten.rand.default, [out], []) is True
+
+        def hashed(self):
+            raise AssertionError(f"{self} hashed")
+
+        monkeypatch.setattr(torch._ops.OpOverload, "__hash__", hashed)
+        assert _capture._values_at_any_size(aten.add.Tensor, [out], [x]) is False
+        assert _capture._values_at_any_size(aten.rand.default, [out], []) is True
+        monkeypatch.undo()
+        assert not _capture._all_small([out], [x]) and not _capture._all_small([small], [x])
+        assert _capture._all_small([small, 3], [small]) and _capture._all_small([], [])
+        del out

@@ -1443,8 +1443,11 @@ class _FunctionMode(TorchFunctionMode):
 def _rewrapped_numbers(func, args):
     """`args` with the Python numbers in Tensor-typed positions made 0-d host tensors again (the
     wrapped numbers the python fallback unwrapped), where no argument is a tensor; else None."""
-    if not args or any(isinstance(a, torch.Tensor) for a in args):
+    if not args:
         return None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return None
     schema = getattr(func, "_schema", None)
     if schema is None:
         return None
@@ -1639,8 +1642,11 @@ class _without_function_mode:
         n = torch._C._len_torch_function_stack()
         if n == 0:
             return
-        stack = [torch._C._get_function_stack_at(i) for i in range(n)]
-        if not any(m is self.mode for m in stack):
+        mode = self.mode
+        for i in range(n):
+            if torch._C._get_function_stack_at(i) is mode:
+                break
+        else:
             return
         above = []
         while True:
@@ -1835,9 +1841,9 @@ def _key(x):
         # a ZeroTensor (forward AD's `_efficientzerotensor`) dispatches otherwise than a dense tensor
         return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type, x._is_zerotensor())
     if isinstance(x, (list, tuple)):
-        return tuple(_key(y) for y in x)
+        return tuple([_key(y) for y in x])
     if isinstance(x, dict):
-        return tuple((k, _key(v)) for k, v in x.items())
+        return tuple([(k, _key(v)) for k, v in x.items()])
     hash(x)
     return x
 
@@ -2011,9 +2017,15 @@ def _in_meta_kernel(frame) -> bool:
     return False
 
 
+#: `torch.are_deterministic_algorithms_enabled` and `is_deterministic_algorithms_warn_only_enabled`
+#: without their Python wrappers (torch/__init__.py: each returns the `torch._C` getter's answer)
+_DETERMINISTIC = torch._C._get_deterministic_algorithms
+_DETERMINISTIC_WARN_ONLY = torch._C._get_deterministic_algorithms_warn_only
+
+
 def _deterministic_setting() -> tuple[bool, bool]:
     """`torch.use_deterministic_algorithms`'s mode and `warn_only`, a part of `_meta_cached`'s key."""
-    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    return _DETERMINISTIC(), _DETERMINISTIC_WARN_ONLY()
 
 
 def _meta_cached(func, args, kwargs):
@@ -2285,6 +2297,18 @@ def _scalar_division(func, args, kwargs):
     return (a.to(op) * inv).to(a.dtype)
 
 
+def _all_small(outs, ours) -> bool:
+    """Whether an op's results are of at most `VALUE_LIMIT` elements, and its simulated operands
+    too or carrying values: `run`'s test, in loops (no generator at each op)."""
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.numel() > VALUE_LIMIT:
+            return False
+    for a in ours:
+        if value(a) is None and a.numel() > VALUE_LIMIT:
+            return False
+    return True
+
+
 def _values_at_any_size(func, outs, ours) -> bool:
     """Whether an op's results carry values although they are large: a view of tensors that
     carry theirs (a view of the values, no copy); and, as an index tensor copied from the host
@@ -2295,7 +2319,11 @@ def _values_at_any_size(func, outs, ours) -> bool:
     `%`, comparisons and `&`, and its masks decide the sparse matrix's entries)."""
     if func.is_view:
         return bool(ours) and all(value(a) is not None for a in ours)
-    if func in _UNIFORM_DRAWS:
+    try:
+        uniform = func._vramscope_uniform_draw
+    except AttributeError:
+        uniform = _kept(func, "_vramscope_uniform_draw", func in _UNIFORM_DRAWS)
+    if uniform:
         # a uniform draw's values are the GPU's (`_philox.values`), as an integer draw's are
         return all(isinstance(o, torch.Tensor) and o.numel() <= UNIFORM_LIMIT for o in outs)
     indices = all(
@@ -3755,7 +3783,7 @@ class Capture:
             shapes(args)
         if complex_refused:
             _refuse_complex(func, args)
-        alert = _NOT_DETERMINISTIC.get(func) if torch.are_deterministic_algorithms_enabled() else None
+        alert = _NOT_DETERMINISTIC.get(func) if _DETERMINISTIC() else None
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
@@ -3961,7 +3989,9 @@ class Capture:
         if self.capture_streams:
             # a node captured on the current stream (the order graph_capture_record_stream_reuse reads)
             self.device.capture_stream_op(self.stream)
-        before = {a.untyped_storage()._cdata for a in ours}
+        before = set()
+        for a in ours:
+            before.add(a.untyped_storage()._cdata)
         op, is_aten, mutable = _facts(func)
         if mutable and self.graph_undo:
             _graph_values.note_overwritten(self, _written(func, args, kwargs))
@@ -3972,9 +4002,7 @@ class Capture:
         except NotImplementedError as e:
             out = self.sizes_from_cpu(func, args, kwargs, e)
         outs = [out] if isinstance(out, torch.Tensor) else leaves(out)
-        small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
-            value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
-        )
+        small = _all_small(outs, ours)
         if small and mutable:
             small = (
                 all(value(a) is not None for a in ours)
@@ -3991,12 +4019,20 @@ class Capture:
         elif small and not no_values:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
         elif not small and ours and not no_values:
-            vals = (
-                self.broadcast_values(func, args, kwargs, outs, ours)
-                or self.dense_values(func, args, kwargs, outs, ours)
-                or self.standin_values(func, args, kwargs, outs, ours)
-                or _large_choice_values(self, func, args, kwargs, outs)
-            )
+            if any(value(a) is not None for a in ours) or any(
+                isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs
+            ):
+                vals = (
+                    self.broadcast_values(func, args, kwargs, outs, ours)
+                    or self.dense_values(func, args, kwargs, outs, ours)
+                    or self.standin_values(func, args, kwargs, outs, ours)
+                    or _large_choice_values(self, func, args, kwargs, outs)
+                )
+            else:
+                # no operand carries values (a large op's common case): `broadcast_values` and
+                # `dense_values` need all of them, `standin_values` as many as its result's
+                # elements (none only for an empty one), so each would decline
+                vals = _large_choice_values(self, func, args, kwargs, outs)
         constant = decided or (vals is None and not small and factory_constant)
         if constant and not decided:
             vals = _constant_values(func, args, outs)

@@ -228,6 +228,11 @@ except Exception:  # pragma: no cover  (an interpreter without these layouts)
     _LAYOUT = _MEMORY = None
 
 _WORD = struct.Struct("Q")
+#: a `_PyInterpreterFrame`'s (code, previous) words, read by one unpack (`first_from`); the code's
+#: word comes first in both layouts
+_CODE_PREVIOUS = (
+    struct.Struct(f"{8 * _LAYOUT[0]}xQ{8 * (_LAYOUT[1] - _LAYOUT[0] - 1)}xQ") if _LAYOUT is not None else None
+)
 _CODE_TYPE = type(_locate.__code__)
 #: where a code object's instructions start (`_PyCode_CODE`: its `co_code_adaptive`, the type's
 #: basic size)
@@ -306,18 +311,20 @@ def first_from(frame, judge):
     frames cannot be read so."""
     if _LAYOUT is None:
         return False
-    code_w, prev_w, instr_w, owner_at = _LAYOUT
+    owner_at = _LAYOUT[3]
     mem = _MEMORY
     unpack = _WORD.unpack_from
+    pair = _CODE_PREVIOUS.unpack_from
     codes = _CODES
     p = unpack(mem, id(frame) + 24)[0]
+    if p:
+        p = pair(mem, p)[1]
     while p:
-        p = unpack(mem, p + 8 * prev_w)[0]
-        if not p:
-            break
+        # the frame's code and the previous frame, read in one call
+        c, previous = pair(mem, p)
         if mem[p + owner_at] == 3:
+            p = previous
             continue  # 3.12's C-stack shim frame (FRAME_OWNED_BY_CSTACK), skipped as by f_back
-        c = unpack(mem, p + 8 * code_w)[0]
         known = codes.get(c)
         if known is None:
             known = code_entry(ctypes.cast(c, ctypes.py_object).value, c)
@@ -325,7 +332,8 @@ def first_from(frame, judge):
         if verdict is None:
             verdict = known.verdict = judge(known())
         if verdict:
-            return known, unpack(mem, p + 8 * instr_w)[0] - c - _CODE_START
+            return known, unpack(mem, p + 8 * _LAYOUT[2])[0] - c - _CODE_START
+        p = previous
     return None
 
 

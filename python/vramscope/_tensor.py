@@ -494,24 +494,28 @@ def registered_in(tree) -> list:
     if registry is None:
         return []
     found = []
-    stack = [tree]
-    tensor = torch.Tensor
     with _NO_TF():
-        while stack:
-            x = stack.pop()
-            if isinstance(x, tensor):
-                if _IS_META(x):
-                    try:
-                        if x.untyped_storage()._cdata in registry:
-                            found.append(x)
-                    except NotImplementedError:
-                        if registered(x):  # sparse COO or CSR, a functorch wrapper: as `registered` decides
-                            found.append(x)
-            elif isinstance(x, (list, tuple)):
-                stack.extend(reversed(x))
-            elif isinstance(x, dict):
-                stack.extend(reversed(x.values()))
+        _registered_among((tree,), registry, found)
     return found
+
+
+def _registered_among(items, registry, found) -> None:
+    """`registered_in`'s walk: the simulated tensors among `items` (and the lists, tuples and dicts
+    among them, depth first) appended to `found`, torch functions off."""
+    tensor = torch.Tensor
+    for x in items:
+        if isinstance(x, tensor):
+            if _IS_META(x):
+                try:
+                    if x.untyped_storage()._cdata in registry:
+                        found.append(x)
+                except NotImplementedError:
+                    if registered(x):  # sparse COO or CSR, a functorch wrapper: as `registered` decides
+                        found.append(x)
+        elif isinstance(x, (list, tuple)):
+            _registered_among(x, registry, found)
+        elif isinstance(x, dict):
+            _registered_among(x.values(), registry, found)
 
 
 def tensors_in(tree) -> list:
