@@ -3541,6 +3541,21 @@ def test_record_stream_takes_the_twins_streams():
         assert torch.cuda.memory_stats()["requested_bytes.all.current"] == y.nbytes == 512
 
 
+def test_record_stream_of_a_tensor_without_a_block_records_nothing():
+    # NativeCachingAllocator::recordStream (CUDACachingAllocator.cpp) returns for a null pointer (an
+    # empty tensor) and for another deleter than `local_raw_delete` (a storage made while
+    # `caching_allocator_enable(False)` held); the twin handed both to the C++ binding, which raised
+    with vramscope.capture(gpu="h100"):
+        side = torch.cuda.Stream()
+        torch.empty(0, device="cuda").record_stream(side)
+        torch.cuda.caching_allocator_enable(False)
+        x = torch.empty(1 << 20, device="cuda")
+        torch.cuda.caching_allocator_enable(True)
+        x.record_stream(side)
+        del x
+        assert torch.cuda.memory_allocated() == 0 and torch.cuda.memory_reserved() == 0
+
+
 def test_a_large_copy_to_the_host_of_unknown_values_is_a_writable_zero_tensor():
     # the offloaded KV cache's `.to("cpu", non_blocking=True)` (blind35/ai04): zeros, as the twin
     # reads values it does not compute, in the requested dtype, contiguous and writable

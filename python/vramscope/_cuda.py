@@ -1220,13 +1220,16 @@ def _scripted_as(wrapper, original):
 def _record_stream(original, cap):
     """`Tensor.record_stream(stream)`: the C++ binding takes only a `torch.Stream`, not the twin's
     stand-in, so the twin's allocator is told here (`recordStream`: freed, the block waits for the
-    stream's work, and its requested and active bytes stay counted until then)."""
+    stream's work, and its requested and active bytes stay counted until then). A simulated tensor
+    with no block (empty, or uncached by `caching_allocator_enable(False)`) records nothing:
+    `recordStream` returns for a null pointer or another deleter than `local_raw_delete`."""
 
     def record_stream(self, stream):
-        handle = cap.handle_of(self) if is_ours(self) else None
-        if handle is None:
+        if not is_ours(self):
             return original(self, stream)
-        cap.device.record_stream(handle, getattr(stream, "stream_id", 0))
+        handle = cap.handle_of(self)
+        if handle is not None:
+            cap.device.record_stream(handle, getattr(stream, "stream_id", 0))
         return None
 
     return record_stream
