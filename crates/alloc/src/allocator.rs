@@ -2707,6 +2707,15 @@ mod tests {
         assert_eq!(a.config().max_split_size, 40 * MB);
     }
 
+    /// An 80 GiB device (an H100's order) whose allocator may take 1 GiB of it
+    /// (`set_memory_fraction(1/80)`): an allocation past that is released for room or fails.
+    fn one_gib_of_an_h100(cfg: AllocatorConfig) -> CachingAllocator<SimDevice> {
+        const GB: u64 = 1 << 30;
+        let mut a = CachingAllocator::with_device(cfg, SimDevice::new(80 * GB, 80 * GB));
+        a.set_memory_fraction(1.0 / 80.0);
+        a
+    }
+
     #[test]
     fn a_block_split_before_max_split_was_set_fails_cuda_free_when_released_for_room() {
         // blind310/ky03 on the H100: `release_available_cached_blocks` frees cached blocks at
@@ -2714,12 +2723,7 @@ mod tests {
         // before `max_split_size_mb` was set at run time lies inside its segment, and `cudaFree`
         // of that pointer fails ("CUDA error: invalid argument", `torch.AcceleratorError`)
         const MB: u64 = 1 << 20;
-        const GB: u64 = 1 << 30;
-        let mut a = CachingAllocator::with_device(
-            AllocatorConfig::default(),
-            SimDevice::new(80 * GB, 80 * GB),
-        );
-        a.set_memory_fraction(1.0 / 80.0);
+        let mut a = one_gib_of_an_h100(AllocatorConfig::default());
         let whole = a.malloc(300 * MB, 0).unwrap();
         a.free(whole).unwrap();
         // no max_split yet: the 300 MiB segment is split, its free 200 MiB tail inside it
@@ -2745,12 +2749,7 @@ mod tests {
         // block succeeds and frees the whole cudaMalloc allocation (the device's used memory drops
         // by the segment), while `release_block` takes only the block's size off reserved
         const MB: u64 = 1 << 20;
-        const GB: u64 = 1 << 30;
-        let mut a = CachingAllocator::with_device(
-            AllocatorConfig::default(),
-            SimDevice::new(80 * GB, 80 * GB),
-        );
-        a.set_memory_fraction(1.0 / 80.0);
+        let mut a = one_gib_of_an_h100(AllocatorConfig::default());
         let whole = a.malloc(300 * MB, 0).unwrap();
         a.free(whole).unwrap();
         let first = a.malloc(200 * MB, 0).unwrap();
@@ -2778,10 +2777,8 @@ mod tests {
         // BlockPool of its own (blind310/ky02 on the H100: a capture past the threshold kept its
         // pool), and its searches count in its own `get_free_blocks_call_count`
         const MB: u64 = 1 << 20;
-        const GB: u64 = 1 << 30;
         let cfg = AllocatorConfig::parse("garbage_collection_threshold:0.5").unwrap();
-        let mut a = CachingAllocator::with_device(cfg, SimDevice::new(80 * GB, 80 * GB));
-        a.set_memory_fraction(1.0 / 80.0);
+        let mut a = one_gib_of_an_h100(cfg);
         let private = (1u64 << 40) + 7;
         a.register_private_stream(private, 1, 0);
         a.keep_through_empty_cache(private, true);

@@ -28,9 +28,8 @@ impl Stat {
     /// `Stat::decrease`.
     #[inline]
     pub fn decrease(&mut self, amount: u64) {
-        self.current -= amount as i64;
+        self.decrease_unchecked(amount);
         debug_assert!(self.current >= 0, "negative tracked stat");
-        self.freed += amount as i64;
     }
     /// `Stat::decrease` where the count may go below zero: PyTorch's check is
     /// `TORCH_INTERNAL_ASSERT_DEBUG_ONLY`, absent from the wheels.
