@@ -301,3 +301,16 @@ def test_caching_allocator_enable_false_keeps_new_storages_out_of_the_figures():
     assert disabled == (64 * MIB, 64 * MIB, 64 * MIB)
     assert freed == (0, 64 * MIB)
     assert enabled == (32 * MIB, 64 * MIB)
+
+
+@pytest.mark.parametrize("val", ["yes", 0, None])
+def test_caching_allocator_enable_takes_a_bool_alone(val):
+    # THCPModule_cudaCachingAllocator_enable (torch/csrc/cuda/Module.cpp): `TORCH_CHECK(
+    # THPUtils_checkBool(arg), "cudaCachingAllocator_enable expects a bool, but got ",
+    # THPUtils_typename(arg))`, a RuntimeError as the CPU wheel's own binding raises
+    with vramscope.capture(gpu="h100"):
+        with pytest.raises(RuntimeError, match=f"expects a bool, but got {type(val).__name__}$"):
+            torch.cuda.caching_allocator_enable(val)
+        x = torch.empty(1024, device="cuda")
+        assert torch.cuda.memory_allocated() == 4096
+        del x

@@ -852,12 +852,10 @@ def patch(cap) -> _Patch:
     def caching_allocator_enable(val):
         """`torch._C._cuda_cudaCachingAllocator_enable` (`torch.cuda.caching_allocator_enable`):
         the native allocator's `enable(value)` sets the flag `allocate` reads per request
-        (`Capture._malloc_handle`); a storage keeps the deleter it was made with."""
+        (`Capture._malloc_handle`); a storage keeps the deleter it was made with. Anything but a
+        bool fails `THCPModule_cudaCachingAllocator_enable`'s check (torch/csrc/cuda/Module.cpp)."""
         if not isinstance(val, bool):
-            raise TypeError(
-                "_cuda_cudaCachingAllocator_enable(): incompatible function arguments. The following"
-                f" argument types are supported:\n    1. (arg0: bool) -> None\n\nInvoked with: {val!r}"
-            )
+            raise RuntimeError(f"cudaCachingAllocator_enable expects a bool, but got {type(val).__name__}")
         if cap.malloc_async():
             cap.note_unmeasured(
                 "caching_allocator_enable under cudaMallocAsync",
