@@ -206,6 +206,8 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
             dropout = 0.1  # blind180/fx01's wide variant (its reserve, the workspace not fitted)
         if problem[0::2] == ("lstm", 512) and p["hidden_size"] == 256 and p["num_layers"] == 3:
             dropout = 0.4  # blind190/gh06 (its reserve, the workspace not fitted)
+        if problem == ("lstm", "float16", 384, 1024):
+            dropout = 0.1  # blind150/et06 (its training over 800 steps: `_wavefront_steps`)
         fitted = _rnn._fitted(
             _rnn.MODES[p["mode"]],
             getattr(torch, p["dtype"]),
@@ -265,15 +267,21 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # of 768 in inference at 64 and 128; all answered by the formula before the GPU run; the set's
     # eleven others lie outside it), and nine unpacked bidirectional LSTMs of hidden <= 192
     # (`_fitted_small_h_bidir`, session 61: blind150/et05's two, blind190/gh02's six, blind223/ho05's
-    # 2-layer inference)
-    assert checked == 85
+    # 2-layer inference), and nine more with `_wavefront_steps` and the unpacked LSTM/GRU forms to
+    # 2,048 steps (session 71): blind58/bf04's 3-layer RNN_TANH of 1,024 with dropout at 64 x 256 and
+    # blind312/la05's 2-layer float16 GRU of 1,024 at 64 x 256 (a reserve alone before), blind150/et06's
+    # 2-layer float16 LSTM of 1,024 with dropout at 48 x 800, blind223/ho05's 2-layer LSTM of 1,024
+    # at 64 x 384 (fp32 and float16), blind321/lj03's 3-layer float16 LSTM (256 x 937, and inference
+    # at 256 x 1,174), la05's fp32 inference at 32 x 1,024 and blind190/gh04's at 8 x 1,251
+    assert checked == 94
     # and sixteen RNN_TANH/RELU and GRU training problems whose reserve alone is fitted (`_reserve_only`:
     # persistent algorithms, or workspaces not linear in batch and steps), and 18 bidirectional ones
     # outside `_fitted`'s workspace forms (`_bi_reserve_only`; three more, et05's and gh02's small-h
     # training problems, now take `_fitted_small_h_bidir` whole, above), and blind304/ks05's 2-layer
-    # float16 GRU of 1,024 (a workspace not linear in batch and steps), and blind312/la05's two
-    # 2-layer float16 GRU training problems of 1,024 over 1,024 inputs (the same): each reserve exact
-    assert reserves == 37
+    # float16 GRU of 1,024 (a workspace not linear in batch and steps), and blind312/la05's 2-layer
+    # float16 GRU training problem of 1,024 over 1,024 inputs at 64 x 64 (the same; its 64 x 256 and
+    # bf04's now whole, above): each reserve exact
+    assert reserves == 35
 
 
 def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
@@ -459,20 +467,21 @@ def test_blind312_samplernn_two_layer_gru_problems_are_measured():
     # (fixtures/run/probes/la69_la05_gru_rnn_probe_h100.jsonl) measured them; the two training
     # workspaces lie 2 and 3 MiB above the inference form (which the probe reads exactly for both).
     # With the three lines la05 is exact in all five phases on the H100.
+    # Session 71: the 256-step one is `_fitted_uni`'s f with `_wavefront_steps`' k = 24 (chunks of 8),
+    # the 64-step one f with k = 16 (chunks of 4: outside what `_wavefront_steps` knows)
     gru = _rnn.MODES["gru"]
     for seq, ws in ((64, 87294720), (256, 214172416)):
         tokens = 64 * seq
         fitted = _rnn._fitted(gru, torch.float16, 1024, 1024, 0, 2, False, 0.0, True, 64, seq, tokens, False)
-        assert fitted["workspace"] is None
+        assert fitted["workspace"] == (None if seq == 64 else ws)
         infer = _rnn._fitted(gru, torch.float16, 1024, 1024, 0, 2, False, 0.0, False, 64, seq, tokens, False)
         p = _rnn._problems()[("gru", "float16", 1024, 1024, 0, 2, False, 64, seq, None, True)]
         assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (ws, fitted["reserve"], ws)
         assert p["workspace"] - infer["workspace"] == (1 if seq == 64 else 1.5) * 2 * 1024 * 1024
-    assert (
-        _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False) is None
-    )
+    # its evaluation at 1,024 steps: the inference form, past 800 steps since session 71
+    f = _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False)
     p = _rnn._problems()[("gru", "float32", 1024, 1024, 0, 2, False, 32, 1024, None, False)]
-    assert p["workspace"] == 437518848
+    assert p["workspace"] == f["workspace"] == 437518848
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -504,8 +513,9 @@ def test_the_unidirectional_inference_form_holds_to_800_steps():
     for batch, workspace in ((128, 607126784), (48, 255853184)):
         args = (torch.float16, 384, 1024, 0, 2, False, 0.0, False, batch, 800, batch * 800, False)
         assert _rnn._fitted(lstm, *args) == {"workspace": workspace}
-    # training past 400 steps stays outside what the sweeps confirmed
-    assert _rnn._fitted(lstm, torch.float16, 384, 1024, 0, 2, False, 0.0, True, 48, 800, 38400, False) is None
+    # and its training at 48 x 800 (dropout 0.1; cudnn_rnn_h200.json): `_wavefront_steps`' k = 24
+    f = _rnn._fitted(lstm, torch.float16, 384, 1024, 0, 2, False, 0.1, True, 48, 800, 38400, False)
+    assert f == {"workspace": 344523392, "reserve": 869990656, "backward_workspace": 344523392}
 
 
 def test_an_unpacked_bidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
@@ -604,12 +614,21 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, True, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, f32, 192, 192, 0, 1, False, 0.0, False, 8, 283, 2264, False) is None
-    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
+    # (the float16 one-layer LSTM at batch 8 runs CUDNN_RNN_ALGO_PERSIST_STATIC: `_fitted_persist_static`,
+    # at least 224 tokens in training; the uni sweep measured this one: 20,406,592 bytes)
+    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) == {
+        "workspace": 20406592
+    }
+    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, True, 8, 7, 56, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
-    # longer than the sweeps and the probe measured (training 400 steps, inference 800)
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, False) is None
+    # longer than the sweeps and the probes measured (unpacked LSTM and GRU 2,048 steps; packed, and
+    # RNN_TANH/RELU, training 400 steps, inference 800)
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 2048, 16384, False) is not None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 2049, 16392, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, True) is None
+    assert _rnn._fitted(tanh, f32, 256, 512, 0, 2, False, 0.2, True, 8, 401, 3208, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is not None
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 801, 6408, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 801, 6408, True) is None
 
 
 def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace():
@@ -1055,13 +1074,87 @@ def test_blind321_sincnet_three_layer_lstm_problems_are_measured():
     # peaked 3,785,177,600 bytes above the twin in training). Measured by the H100 probe
     # validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe.py (_h100.out): the reserve and
     # the inference workspace are the fitted forms' (`_uni_reserve`, the inference form) to the byte.
+    # Session 71: the formula gives both (`_wavefront_steps`: k = 32, chunks of 8 over 3 layers).
     lstm = _rnn.MODES["lstm"]
-    assert (
-        _rnn._fitted(lstm, torch.float16, 60, 384, 0, 3, False, 0.0, True, 256, 937, 256 * 937, False) is None
-    )
+    f = _rnn._fitted(lstm, torch.float16, 60, 384, 0, 3, False, 0.0, True, 256, 937, 256 * 937, False)
+    assert f == {"workspace": 654264576, "reserve": 3131769088, "backward_workspace": 654264576}
     p = _rnn._problems()[("lstm", "float16", 60, 384, 0, 3, False, 256, 937, None, True)]
     reserve = _rnn._uni_reserve(lstm, 2, 384, 3, 0.0, 256, 937, 256 * 937)
     assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (654264576, reserve, 654264576)
     assert reserve == 3131769088
     p = _rnn._problems()[("lstm", "float16", 60, 384, 0, 3, False, 256, 1174, None, False)]
     assert p["workspace"] == 505358592
+
+
+def test_unpacked_lstms_and_grus_past_400_steps_take_the_fitted_sizes():
+    # session 70's H100 probe (validation/run/probes/lead70_rnn_long_seq_sweep_probe.py,
+    # fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl): 144 unidirectional unpacked
+    # LSTMs and GRUs, float16 and float32, hidden 256/512/1,024, inputs 64/512, 1 and 2 layers, batch
+    # 64 over 512, 1,024 and 2,048 steps, past `_fitted_uni`'s former 400 (training) and 800 steps.
+    # Every figure is the fitted forms': one layer f over the whole sequence, two layers f with
+    # `_wavefront_steps`' k = 24 (chunks of 8), the 9 float16 one-layer LSTMs of 512 inputs
+    # CUDNN_RNN_ALGO_PERSIST_STATIC's (`_fitted_persist_static`)
+    import json
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    path = FIXTURES / "run" / "probes" / "lead70_rnn_long_seq_sweep_probe_h100.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    persistent = 0
+    for r in rows:
+        mode, dtype = _rnn.MODES[r["mode"]], getattr(torch, r["dtype"])
+        b, s = r["batch"], r["seq_length"]
+        args = (mode, dtype, r["input_size"], r["hidden_size"], 0, r["num_layers"], False, 0.0)
+        train = _rnn._fitted(*args, True, b, s, b * s, False)
+        infer = _rnn._fitted(*args, False, b, s, b * s, False)
+        assert train == {
+            "workspace": r["train_workspace"],
+            "reserve": r["reserve"],
+            "backward_workspace": r["backward_workspace"],
+        }
+        assert infer == {"workspace": r["infer_workspace"]}
+        persistent += _rnn._persistent(mode, dtype, r["input_size"], r["hidden_size"], r["num_layers"], b)
+    assert (len(rows), persistent) == (144, 9)
+    # and session 70's lj03 probe (validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out):
+    # its 3-layer float16 LSTM of 384 over 60 inputs at batch 64 and 256 over 128 to 1,174 steps
+    out = FIXTURES.parent / "validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out"
+    lines = out.read_text().splitlines()
+    for r in map(json.loads, lines):
+        b, s = r["batch"], r["seq"]
+        args = (_rnn.MODES["lstm"], torch.float16, 60, 384, 0, 3, False, 0.0)
+        train = _rnn._fitted(*args, True, b, s, b * s, False)
+        assert (train["workspace"], train["reserve"]) == (r["train_workspace"], r["reserve"])
+        assert _rnn._fitted(*args, False, b, s, b * s, False)["workspace"] == r["infer_workspace"]
+    assert len(lines) == 16
+
+
+def test_the_wavefront_steps_agree_with_the_sweeps_multi_layer_training():
+    # every unpacked unidirectional multi-layer training problem of the two H200 sweeps
+    # (rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz) that runs the standard algorithm and that
+    # `_wavefront_steps` answers (at most 7 steps, or batch 13 to 256 over 136 steps or more): the
+    # training workspace (and the backward's) exact or under by an alignment padding (at most 324 bytes)
+    import json
+    import lzma
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    seen = exact = 0
+    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
+        for line in lzma.open(FIXTURES / "run" / name, "rt"):
+            r = json.loads(line)
+            if r.get("set") == "meta" or r.get("error") or r["proj_size"] or r["bidirectional"]:
+                continue
+            b, s, layers = r["batch"], r["seq_length"], r["num_layers"]
+            if r["lengths"] is not None or layers < 2 or _rnn._wavefront_steps(b, s, layers) is None:
+                continue
+            args = (r["input_size"], r["hidden_size"], 0, layers, False, r["dropout"], True, b, s, b * s)
+            f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, False)
+            if f is None or f["workspace"] is None:
+                continue
+            assert 0 <= r["train_workspace"] - f["workspace"] <= 324
+            assert r["backward_workspace"] == r["train_workspace"]
+            seen += 1
+            exact += r["train_workspace"] == f["workspace"]
+    assert (seen, exact) == (996, 858)
