@@ -8,7 +8,8 @@ steps). This grid reads c over batch x steps x layers: a float16 GRU of 256 over
 training workspace is always f (f - a = E * (3h * (T - min(T, 256B)) + B*h*k) > 0), so each line's
 `k` = (train_workspace - f without k) / (E * B * h) gives c. Then 32 problems past the twin's other
 step limits: bidirectional LSTM and GRU over 512 and 1,024 steps (the twin's forms, fitted to 400,
-have no limit) and packed unidirectional ones (the twin stops at 400 / 800 steps).
+have no limit) and packed unidirectional ones (the twin stops at 400 / 800 steps), and 9 unpacked
+ones past the twin's 2,048 steps (blind289/kd03's GRU over 3,000, LSTM and GRU over 4,096).
 
     python3 probes/rn71_rnn_wavefront_chunk_probe.py [SECONDS]     (from validation/run; < 60 s, < 6 GB)
 
@@ -102,9 +103,40 @@ def extras():
                 )
 
 
+def longer():
+    """past the twin's 2,048 unpacked steps: blind289/kd03's GRU (1,024 inputs, 512 hidden, fp32, batch 4)
+    over 3,000 steps (its inference is named unmeasured), then LSTM and GRU over 4,096"""
+    yield dict(
+        mode="gru",
+        dtype="float32",
+        input_size=1024,
+        hidden_size=512,
+        num_layers=1,
+        bidirectional=False,
+        batch=4,
+        seq_length=3000,
+        lengths=None,
+    )
+    for mode in ("lstm", "gru"):
+        for dtype in ("float16", "float32"):
+            for layers in (1, 2):
+                yield dict(
+                    mode=mode,
+                    dtype=dtype,
+                    input_size=256,
+                    hidden_size=512,
+                    num_layers=layers,
+                    bidirectional=False,
+                    batch=16,
+                    seq_length=4096,
+                    lengths=None,
+                )
+
+
 def problems():
     yield from grid(2)
     yield from extras()
+    yield from longer()
     yield from grid(3)
     yield from grid(4)
 
@@ -128,7 +160,12 @@ for n, p in enumerate(problems()):
         line["tokens"] = sum(p["lengths"])
         line["lengths"] = p["lengths"]
     line.update({k: rec[k] for k in KEYS if k in rec})
-    if "train_workspace" in rec and not p["bidirectional"] and p["lengths"] is None and p["mode"] == "gru":
+    if (
+        "train_workspace" in rec
+        and not p["bidirectional"]
+        and p["lengths"] is None
+        and p["hidden_size"] == 256
+    ):
         b = p["batch"]
         line["k"] = (rec["train_workspace"] - f_without_k(b, p["seq_length"], p["num_layers"])) / (
             2 * b * 256
