@@ -626,24 +626,28 @@ def _fitted_uni(
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
       dropout B * S * (L - 1) * h / 8.
 
-    Domain (None outside it): packed, and unpacked RNN_TANH/RELU, at most 400 steps (inference 800:
-    the probe's two 800-step problems agree, fixtures/run/run_flash_rnn_probe_s36_h200.jsonl),
-    unpacked LSTM and GRU at most 2,048 (session 70's H100 probe,
-    fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: float16 and float32, hidden 256
-    to 1,024, inputs 64 and 512, 1 and 2 layers, batch 64 over 512 to 2,048 steps, every figure
-    exact), dropout only with 2 or more layers; unpacked: the standard algorithm (`_persistent`;
-    float16 one-layer LSTMs it sends to CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`);
-    training: packed LSTM/GRU with more layers only where i + h <= G*h; packed RNN_TANH/RELU with
-    i <= h and one layer or dropout; unpacked with more layers where `_wavefront_steps` knows k, or
-    f with k = S is at most a. Elsewhere the training workspace depends on a cuDNN heuristic the
-    sweeps do not resolve. On held-out problems in the domain the sizes are exact or under by at
-    most 324 bytes (alignment padding left out).
+    Domain (None outside it): RNN_TANH/RELU at most 400 steps in training, 800 in inference (the probe's
+    two 800-step problems agree, fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at
+    most 400 in training, 1,024 in inference, unpacked at most 2,048 (session 70's H100 probe,
+    fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: float16 and float32, hidden 256 to
+    1,024, inputs 64 and 512, 1 and 2 layers, batch 64 over 512 to 2,048 steps, every figure exact;
+    session 71's, fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl: packed LSTMs and GRUs to
+    1,024 steps, inference and reserve exact, training not linear past 400 in 8 of 16), dropout only with
+    2 or more layers; unpacked: the standard algorithm (`_persistent`; float16 one-layer LSTMs it sends to
+    CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`); training: packed LSTM/GRU with more
+    layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h and one layer or dropout; unpacked
+    with more layers where `_wavefront_steps` knows k, or f with k = S is at most a. Elsewhere the
+    training workspace depends on a cuDNN heuristic the sweeps do not resolve. On held-out problems in the
+    domain the sizes are exact or under by at most 324 bytes (alignment padding left out).
 
     Unpacked LSTMs of hidden <= 192 run CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward: `_fitted_small_h`;
     `standard` asks for the standard algorithm's sizes whatever the heuristics pick (that backward)."""
     es = _ELEMENT_BYTES[dtype]
-    long_ok = not packed and mode in (MODES["lstm"], MODES["gru"])
-    if seq > (2048 if long_ok else 400 if train else 800) or (dropout > 0 and layers < 2):
+    if mode in (MODES["lstm"], MODES["gru"]):
+        longest = 400 if packed and train else 1024 if packed else 2048
+    else:
+        longest = 400 if train else 800
+    if seq > longest or (dropout > 0 and layers < 2):
         return None
     if not packed and mode == MODES["lstm"] and hidden <= 192 and not standard:
         return _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, tokens, es, dtype)
@@ -692,26 +696,39 @@ def _fitted_uni(
     }
 
 
+#: cuDNN's wavefront chunk c (steps) of unpacked multi-layer training by batch, over at most 120 steps:
+#: (first batch, last batch, c), from 128 steps max(c, 8); batches between two rows are unmeasured.
+#: GPU measurements: validation/run/probes/rn71_rnn_wavefront_chunk_probe.py
+#: (fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl: a float16 GRU, batch 1 to 1,024 x 8 to
+#: 2,048 steps x 2 to 4 layers, c the same for every layer count) and the sweeps' 105 x 30 (c = 2)
+_WAVEFRONT_CHUNKS = ((1, 1, 32), (2, 8, 16), (10, 16, 8), (20, 96, 4), (105, 1024, 2))
+
+
 def _wavefront_steps(batch, seq, layers):
     """The steps k of the unpacked training form f's per-sequence buffer of h elements (`_fitted_uni`):
     the whole sequence for one layer; with more, cuDNN runs the layers as a wavefront over chunks of
-    c steps and k = min(S, c * L + max(c, 8)) -- every unpacked multi-layer LSTM, GRU and RNN training
-    workspace of the sweeps (fixtures/run/rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz; 2 to 4
-    layers, any h, i, dtype, with and without dropout) and of the H100 probes past 400 steps
-    (probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: batch 64, 2 layers, 512 to 2,048 steps;
-    validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out: batch 64 and 256, 3
-    layers, to 1,174 steps) is max(a, f) with such a k. The chunk c is a cuDNN heuristic of batch,
-    steps and layers: 32 at batch 1, 16 at batch 3 and 8, 8 from 136 steps at batch 13 to 256, 4 or
-    2 below 121 steps at batch 20 to 128 (2 at 128 x 50 and 105 x 30). Known (None elsewhere): one
-    layer, at most 7 steps (k = S whatever c), and c = 8 at batch 13 to 256 over 136 to 2,048 steps
-    (no measured exception there)."""
+    c steps (`_WAVEFRONT_CHUNKS`) and k = min(S, c * L + max(c, 8)). Every unpacked multi-layer LSTM,
+    GRU and RNN training workspace measured (the H200 sweeps, fixtures/run/rnn_sweep_uni_h200.jsonl.xz
+    and rnn_sweep_h200.jsonl.xz: 2 to 4 layers, any h, i, dtype, with and without dropout; the H100
+    probes past 400 steps, probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl and
+    validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out; the chunk probe's 1,275)
+    is max(a, f) with this k. None where the measured chunks leave k open: a batch between two rows
+    (with its neighbours' chunks giving different k), 121 to 127 steps, a batch over 1,024 (except at
+    most 7 steps: k = S whatever c)."""
     if layers == 1 or seq <= 7:
         return seq
-    if 13 <= batch <= 256 and seq >= 136:
-        chunk = 8
-    else:
-        return None
-    return min(seq, chunk * layers + max(chunk, 8))
+    chunks = set()
+    for i, (lo, hi, c) in enumerate(_WAVEFRONT_CHUNKS):
+        if lo <= batch <= hi:
+            chunks = {c}
+        elif i and _WAVEFRONT_CHUNKS[i - 1][1] < batch < lo:
+            chunks = {_WAVEFRONT_CHUNKS[i - 1][2], c}
+    if seq >= 128:
+        chunks = {max(c, 8) for c in chunks}
+    elif seq > 120:
+        chunks |= {max(c, 8) for c in chunks}
+    steps = {min(seq, c * layers + max(c, 8)) for c in chunks}
+    return steps.pop() if len(steps) == 1 else None
 
 
 def _uni_reserve(mode, es, hidden, layers, dropout, batch, seq, tokens) -> int:
