@@ -12,6 +12,10 @@ have no limit) and packed unidirectional ones (the twin stops at 400 / 800 steps
 ones past the twin's 2,048 steps (blind289/kd03's GRU over 3,000, LSTM and GRU over 4,096).
 
     python3 probes/rn71_rnn_wavefront_chunk_probe.py [SECONDS]     (from validation/run; < 60 s, < 6 GB)
+    python3 probes/rn71_rnn_wavefront_chunk_probe.py 50 gaps     (< 20 s, < 8 GB)
+
+`gaps` measures only the grid's GRU between and past the chunks the first run read (batch 9, 17-19,
+97-104, 1,536-4,096; 48 to 128 steps, 121-127 among them; 2 and 3 layers).
 
 Measured with rnn_sweep.py's `measure` (torch._cudnn_rnn training then inference,
 aten._cudnn_rnn_backward, the allocator's cumulative requested bytes around each call). It stops
@@ -41,10 +45,15 @@ def f_without_k(b, s, layers, h=256, i=256, es=2):
     return c0 + -(-8 * b // 32) * 32 + es * (b * layers * 5 * h + b * s * (2 * h + 2 * i + max(h, i)))
 
 
-def grid(layers):
-    for s in STEPS:
-        for b in BATCHES:
-            if b * s <= 131072:
+#: `gaps`: the batches and steps between the measured chunks' rows (`_rnn._WAVEFRONT_CHUNKS`), and past them
+GAP_BATCHES = (9, 17, 18, 19, 97, 98, 100, 102, 104, 1536, 2048, 4096)
+GAP_STEPS = (48, 64, 100, 120, 121, 124, 127, 128)
+
+
+def grid(layers, batches=BATCHES, steps=STEPS, tokens=131072):
+    for s in steps:
+        for b in batches:
+            if b * s <= tokens:
                 yield dict(
                     mode="gru",
                     dtype="float16",
@@ -134,6 +143,10 @@ def longer():
 
 
 def problems():
+    if "gaps" in sys.argv[2:]:
+        for layers in (2, 3):
+            yield from grid(layers, GAP_BATCHES, GAP_STEPS, 262144)
+        return
     yield from grid(2)
     yield from extras()
     yield from longer()
