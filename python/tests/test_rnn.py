@@ -267,7 +267,7 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # of 768 in inference at 64 and 128; all answered by the formula before the GPU run; the set's
     # eleven others lie outside it), and nine unpacked bidirectional LSTMs of hidden <= 192
     # (`_fitted_small_h_bidir`, session 61: blind150/et05's two, blind190/gh02's six, blind223/ho05's
-    # 2-layer inference), and 22 more since session 71 (`_wavefront_steps`' chunks and the LSTM/GRU
+    # 2-layer inference), and 22 more with `_wavefront_steps`' chunks and the LSTM/GRU
     # forms past 400 steps): blind58/bf04's 3-layer RNN_TANH of 1,024, blind13/m03's and another 2-layer
     # GRU (64 x 128, 64 x 100), blind304/ks05's and blind312/la05's two 2-layer float16 GRUs of 1,024
     # (these six a reserve alone before, below), the 2-layer LSTMs of 320 and 512 over 61 and 75
@@ -415,7 +415,7 @@ def test_blind215_codec_lstm_training_problems_are_measured():
     # autocast, AutocastRNN.cpp, at batch 24 and 32) and hg03 (transformers' EncodecModel decoder
     # fine-tuned in fp32 at batch 16), 75 frames; unidirectional training with more layers where the
     # second form f exceeds the first lay outside the fitted formula; measured on the H200
-    # (truth_blind215_h200.tar.xz, validation/run/rnn_table.py). Session 71: `_wavefront_steps` gives
+    # (truth_blind215_h200.tar.xz, validation/run/rnn_table.py). `_wavefront_steps` now gives
     # them (chunks of 4 at batch 20 to 96 and of 8 at 10 to 16 over 75 steps), all three exact
     lstm = _rnn.MODES["lstm"]
     got = {
@@ -446,7 +446,7 @@ def test_blind304_d2l_two_layer_float16_gru_training_problem_is_measured():
     # such GRUs with inputs narrower than the hidden size (rnn_sweep_uni_h200.jsonl.xz; the rest
     # up to 716,800 bytes more); the H100 probe validation/run/probes/ks68_gru2_fp16_rnn_workspace_probe.py
     # (fixtures/run/probes/ks68_gru2_rnn_probe_h100.jsonl) reads these three sizes to the byte
-    # Session 71: `_wavefront_steps` gives it (chunks of 2 at batch 256 over 64 steps; max(a, f) = a)
+    # `_wavefront_steps` now gives it (chunks of 2 at batch 256 over 64 steps; max(a, f) = a)
     gru = _rnn.MODES["gru"]
     fitted = _rnn._fitted(gru, torch.float16, 96, 1024, 0, 2, False, 0.0, True, 256, 64, 16384, False)
     assert fitted["workspace"] == 178850048
@@ -472,7 +472,7 @@ def test_blind312_samplernn_two_layer_gru_problems_are_measured():
     # (fixtures/run/probes/la69_la05_gru_rnn_probe_h100.jsonl) measured them; the two training
     # workspaces lie 2 and 3 MiB above the inference form (which the probe reads exactly for both).
     # With the three lines la05 is exact in all five phases on the H100.
-    # Session 71: both are `_fitted_uni`'s f with `_wavefront_steps`' k: 24 over 256 steps (chunks
+    # Both are now `_fitted_uni`'s f with `_wavefront_steps`' k: 24 over 256 steps (chunks
     # of 8), 16 over 64 (chunks of 4)
     gru = _rnn.MODES["gru"]
     for seq, ws in ((64, 87294720), (256, 214172416)):
@@ -483,7 +483,7 @@ def test_blind312_samplernn_two_layer_gru_problems_are_measured():
         p = _rnn._problems()[("gru", "float16", 1024, 1024, 0, 2, False, 64, seq, None, True)]
         assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (ws, fitted["reserve"], ws)
         assert p["workspace"] - infer["workspace"] == (1 if seq == 64 else 1.5) * 2 * 1024 * 1024
-    # its evaluation at 1,024 steps: the inference form, past 800 steps since session 71
+    # its evaluation at 1,024 steps: the inference form (to 2,048 steps unpacked)
     f = _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False)
     p = _rnn._problems()[("gru", "float32", 1024, 1024, 0, 2, False, 32, 1024, None, False)]
     assert p["workspace"] == f["workspace"] == 437518848
@@ -1082,7 +1082,7 @@ def test_blind321_sincnet_three_layer_lstm_problems_are_measured():
     # peaked 3,785,177,600 bytes above the twin in training). Measured by the H100 probe
     # validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe.py (_h100.out): the reserve and
     # the inference workspace are the fitted forms' (`_uni_reserve`, the inference form) to the byte.
-    # Session 71: the formula gives both (`_wavefront_steps`: k = 32, chunks of 8 over 3 layers).
+    # The formula now gives both (`_wavefront_steps`: k = 32, chunks of 8 over 3 layers).
     lstm = _rnn.MODES["lstm"]
     f = _rnn._fitted(lstm, torch.float16, 60, 384, 0, 3, False, 0.0, True, 256, 937, 256 * 937, False)
     assert f == {"workspace": 654264576, "reserve": 3131769088, "backward_workspace": 654264576}
@@ -1095,7 +1095,7 @@ def test_blind321_sincnet_three_layer_lstm_problems_are_measured():
 
 
 def test_unpacked_lstms_and_grus_past_400_steps_take_the_fitted_sizes():
-    # session 70's H100 probe (validation/run/probes/lead70_rnn_long_seq_sweep_probe.py,
+    # the H100 probe validation/run/probes/lead70_rnn_long_seq_sweep_probe.py (
     # fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl): 144 unidirectional unpacked
     # LSTMs and GRUs, float16 and float32, hidden 256/512/1,024, inputs 64/512, 1 and 2 layers, batch
     # 64 over 512, 1,024 and 2,048 steps, past `_fitted_uni`'s former 400 (training) and 800 steps.
@@ -1124,7 +1124,7 @@ def test_unpacked_lstms_and_grus_past_400_steps_take_the_fitted_sizes():
         assert infer == {"workspace": r["infer_workspace"]}
         persistent += _rnn._persistent(mode, dtype, r["input_size"], r["hidden_size"], r["num_layers"], b)
     assert (len(rows), persistent) == (144, 9)
-    # and session 70's lj03 probe (validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out):
+    # and the lj03 probe (validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out):
     # its 3-layer float16 LSTM of 384 over 60 inputs at batch 64 and 256 over 128 to 1,174 steps
     out = FIXTURES.parent / "validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out"
     lines = out.read_text().splitlines()
@@ -1169,7 +1169,7 @@ def test_the_wavefront_steps_agree_with_the_sweeps_multi_layer_training():
 
 
 def test_the_wavefront_chunk_probe_takes_the_fitted_sizes():
-    # session 71's H100 probe (validation/run/probes/rn71_rnn_wavefront_chunk_probe.py,
+    # the H100 probe validation/run/probes/rn71_rnn_wavefront_chunk_probe.py (
     # fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl): 1,275 unpacked float16 GRUs of 256
     # over 256 inputs (batch 1 to 1,024 x 8 to 2,048 steps x 2 to 4 layers; `_WAVEFRONT_CHUNKS` read
     # from them), 16 bidirectional LSTMs and GRUs over 512 and 1,024 steps and 16 packed unidirectional

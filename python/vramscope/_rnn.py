@@ -514,7 +514,7 @@ def _fitted_persist_static(input_size, hidden, layers, train, batch, seq, tokens
     backward: the small-hidden persistent algorithm's inference form (`_persist_infer`), which the
     training forward and the backward take too. GPU measurements: the uni sweep's 21 such problems
     (fixtures/run/rnn_sweep_uni_h200.jsonl.xz, `algo_fwd` 1: 256 inputs, hidden 512, batch 8 to 128,
-    1 to 200 steps; inference exact in all) and session 70's H100 probe's 9
+    1 to 200 steps; inference exact in all) and the H100 probe's 9
     (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: 512 inputs, hidden 256, 512 and
     1,024, batch 64, 512 to 2,048 steps; every figure exact). Domain (None outside it): at most 2,048
     steps; in training at least 224 tokens (B * S: at 128 tokens or fewer, batch 8 of 2 and 7 steps,
@@ -626,19 +626,16 @@ def _fitted_uni(
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
       dropout B * S * (L - 1) * h / 8.
 
-    Domain (None outside it): RNN_TANH/RELU at most 400 steps in training, 800 in inference (the probe's
-    two 800-step problems agree, fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at
-    most 400 in training, 1,024 in inference, unpacked at most 2,048 (session 70's H100 probe,
-    fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: float16 and float32, hidden 256 to
-    1,024, inputs 64 and 512, 1 and 2 layers, batch 64 over 512 to 2,048 steps, every figure exact;
-    session 71's, fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl: packed LSTMs and GRUs to
-    1,024 steps, inference and reserve exact, training not linear past 400 in 8 of 16), dropout only with
-    2 or more layers; unpacked: the standard algorithm (`_persistent`; float16 one-layer LSTMs it sends to
-    CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`); training: packed LSTM/GRU with more
-    layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h and one layer or dropout; unpacked
-    with more layers where `_wavefront_steps` knows k, or f with k = S is at most a. Elsewhere the
-    training workspace depends on a cuDNN heuristic the sweeps do not resolve. On held-out problems in the
-    domain the sizes are exact or under by at most 324 bytes (alignment padding left out).
+    Domain (None outside it): RNN_TANH/RELU at most 400 steps in training, 800 in inference
+    (fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at most 400 in training, 1,024
+    in inference, unpacked at most 2,048 (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl,
+    fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl; packed training past 400 steps exceeds
+    these forms); dropout only with 2 or more layers; unpacked: the standard algorithm (`_persistent`;
+    float16 one-layer LSTMs it sends to CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`);
+    training: packed LSTM/GRU with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h
+    and one layer or dropout; unpacked with more layers where `_wavefront_steps` knows k, or f with k = S
+    is at most a. Elsewhere the training workspace depends on a cuDNN heuristic the sweeps do not resolve.
+    In the domain the sizes are exact or under by an alignment padding this leaves out (docs/cudnn-rnn.md).
 
     Unpacked LSTMs of hidden <= 192 run CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward: `_fitted_small_h`;
     `standard` asks for the standard algorithm's sizes whatever the heuristics pick (that backward)."""
