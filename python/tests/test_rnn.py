@@ -206,6 +206,8 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
             dropout = 0.1  # blind180/fx01's wide variant (its reserve, the workspace not fitted)
         if problem[0::2] == ("lstm", 512) and p["hidden_size"] == 256 and p["num_layers"] == 3:
             dropout = 0.4  # blind190/gh06 (its reserve, the workspace not fitted)
+        if problem == ("lstm", "float16", 384, 1024):
+            dropout = 0.1  # blind150/et06 (its training over 800 steps: `_wavefront_steps`)
         fitted = _rnn._fitted(
             _rnn.MODES[p["mode"]],
             getattr(torch, p["dtype"]),
@@ -265,15 +267,22 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # of 768 in inference at 64 and 128; all answered by the formula before the GPU run; the set's
     # eleven others lie outside it), and nine unpacked bidirectional LSTMs of hidden <= 192
     # (`_fitted_small_h_bidir`, session 61: blind150/et05's two, blind190/gh02's six, blind223/ho05's
-    # 2-layer inference)
-    assert checked == 85
+    # 2-layer inference), and 22 more with `_wavefront_steps`' chunks and the LSTM/GRU
+    # forms past 400 steps): blind58/bf04's 3-layer RNN_TANH of 1,024, blind13/m03's and another 2-layer
+    # GRU (64 x 128, 64 x 100), blind304/ks05's and blind312/la05's two 2-layer float16 GRUs of 1,024
+    # (these six a reserve alone before, below), the 2-layer LSTMs of 320 and 512 over 61 and 75
+    # steps (blind186/gd06's, blind215/hg02's and hg03's, seven in all), blind190/gh04's training at
+    # 12 x 501 (fp32 and float16) and inference at 8 x 1,251, blind150/et06's training at 48 x 800,
+    # blind223/ho05's two at 64 x 384, blind321/lj03's two, la05's inference at 32 x 1,024
+    assert checked == 107
     # and sixteen RNN_TANH/RELU and GRU training problems whose reserve alone is fitted (`_reserve_only`:
     # persistent algorithms, or workspaces not linear in batch and steps), and 18 bidirectional ones
     # outside `_fitted`'s workspace forms (`_bi_reserve_only`; three more, et05's and gh02's small-h
     # training problems, now take `_fitted_small_h_bidir` whole, above), and blind304/ks05's 2-layer
-    # float16 GRU of 1,024 (a workspace not linear in batch and steps), and blind312/la05's two
-    # 2-layer float16 GRU training problems of 1,024 over 1,024 inputs (the same): each reserve exact
-    assert reserves == 37
+    # float16 GRU of 1,024 and blind312/la05's two 2-layer float16 GRU training problems of 1,024 over
+    # 1,024 inputs (workspaces then not linear in batch and steps): each reserve exact; since session
+    # 71 ks05's, la05's, bf04's and two more 2-layer GRUs' are whole problems (above)
+    assert reserves == 31
 
 
 def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
@@ -405,10 +414,10 @@ def test_blind215_codec_lstm_training_problems_are_measured():
     # blind215/hg02 (an EnCodec-like codec whose 2-layer LSTM of 512 runs in float16 under bf16
     # autocast, AutocastRNN.cpp, at batch 24 and 32) and hg03 (transformers' EncodecModel decoder
     # fine-tuned in fp32 at batch 16), 75 frames; unidirectional training with more layers where the
-    # second form f exceeds the first lies outside the fitted formula; measured on the H200
-    # (truth_blind215_h200.tar.xz, validation/run/rnn_table.py)
+    # second form f exceeds the first lay outside the fitted formula; measured on the H200
+    # (truth_blind215_h200.tar.xz, validation/run/rnn_table.py). `_wavefront_steps` now gives
+    # them (chunks of 4 at batch 20 to 96 and of 8 at 10 to 16 over 75 steps), all three exact
     lstm = _rnn.MODES["lstm"]
-    assert _rnn._fitted(lstm, torch.float16, 512, 512, 0, 2, False, 0.0, True, 24, 75, 1800, False) is None
     got = {
         (p["dtype"], p["batch"]): (p["workspace"], p["reserve"], p["backward_workspace"])
         for p in _rnn._problems().values()
@@ -421,6 +430,9 @@ def test_blind215_codec_lstm_training_problems_are_measured():
         ("float16", 32): (40567296, 27033856, 40567296),
         ("float32", 16): (48955776, 27033856, 48955776),
     }
+    for (dtype, b), (ws, reserve, _) in got.items():
+        f = _rnn._fitted(lstm, getattr(torch, dtype), 512, 512, 0, 2, False, 0.0, True, b, 75, b * 75, False)
+        assert f == {"workspace": ws, "reserve": reserve, "backward_workspace": ws}
 
 
 def test_blind304_d2l_two_layer_float16_gru_training_problem_is_measured():
@@ -434,9 +446,10 @@ def test_blind304_d2l_two_layer_float16_gru_training_problem_is_measured():
     # such GRUs with inputs narrower than the hidden size (rnn_sweep_uni_h200.jsonl.xz; the rest
     # up to 716,800 bytes more); the H100 probe validation/run/probes/ks68_gru2_fp16_rnn_workspace_probe.py
     # (fixtures/run/probes/ks68_gru2_rnn_probe_h100.jsonl) reads these three sizes to the byte
+    # `_wavefront_steps` now gives it (chunks of 2 at batch 256 over 64 steps; max(a, f) = a)
     gru = _rnn.MODES["gru"]
     fitted = _rnn._fitted(gru, torch.float16, 96, 1024, 0, 2, False, 0.0, True, 256, 64, 16384, False)
-    assert fitted["workspace"] is None
+    assert fitted["workspace"] == 178850048
     infer = _rnn._fitted(gru, torch.float16, 96, 1024, 0, 2, False, 0.0, False, 256, 64, 16384, False)
     key = ("gru", "float16", 96, 1024, 0, 2, False, 256, 64, None, True)
     p = _rnn._problems()[key]
@@ -459,20 +472,21 @@ def test_blind312_samplernn_two_layer_gru_problems_are_measured():
     # (fixtures/run/probes/la69_la05_gru_rnn_probe_h100.jsonl) measured them; the two training
     # workspaces lie 2 and 3 MiB above the inference form (which the probe reads exactly for both).
     # With the three lines la05 is exact in all five phases on the H100.
+    # Both are now `_fitted_uni`'s f with `_wavefront_steps`' k: 24 over 256 steps (chunks
+    # of 8), 16 over 64 (chunks of 4)
     gru = _rnn.MODES["gru"]
     for seq, ws in ((64, 87294720), (256, 214172416)):
         tokens = 64 * seq
         fitted = _rnn._fitted(gru, torch.float16, 1024, 1024, 0, 2, False, 0.0, True, 64, seq, tokens, False)
-        assert fitted["workspace"] is None
+        assert fitted["workspace"] == ws
         infer = _rnn._fitted(gru, torch.float16, 1024, 1024, 0, 2, False, 0.0, False, 64, seq, tokens, False)
         p = _rnn._problems()[("gru", "float16", 1024, 1024, 0, 2, False, 64, seq, None, True)]
         assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (ws, fitted["reserve"], ws)
         assert p["workspace"] - infer["workspace"] == (1 if seq == 64 else 1.5) * 2 * 1024 * 1024
-    assert (
-        _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False) is None
-    )
+    # its evaluation at 1,024 steps: the inference form (to 2,048 steps unpacked)
+    f = _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False)
     p = _rnn._problems()[("gru", "float32", 1024, 1024, 0, 2, False, 32, 1024, None, False)]
-    assert p["workspace"] == 437518848
+    assert p["workspace"] == f["workspace"] == 437518848
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -504,8 +518,9 @@ def test_the_unidirectional_inference_form_holds_to_800_steps():
     for batch, workspace in ((128, 607126784), (48, 255853184)):
         args = (torch.float16, 384, 1024, 0, 2, False, 0.0, False, batch, 800, batch * 800, False)
         assert _rnn._fitted(lstm, *args) == {"workspace": workspace}
-    # training past 400 steps stays outside what the sweeps confirmed
-    assert _rnn._fitted(lstm, torch.float16, 384, 1024, 0, 2, False, 0.0, True, 48, 800, 38400, False) is None
+    # and its training at 48 x 800 (dropout 0.1; cudnn_rnn_h200.json): `_wavefront_steps`' k = 24
+    f = _rnn._fitted(lstm, torch.float16, 384, 1024, 0, 2, False, 0.1, True, 48, 800, 38400, False)
+    assert f == {"workspace": 344523392, "reserve": 869990656, "backward_workspace": 344523392}
 
 
 def test_an_unpacked_bidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
@@ -585,17 +600,19 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
 
     gru, lstm, tanh = _rnn.MODES["gru"], _rnn.MODES["lstm"], _rnn.MODES["rnn_tanh"]
     f32 = torch.float32
-    # unpacked multi-layer GRU training without dropout and packed multi-layer RNN_TANH training
-    # without dropout are not linear in batch and steps on the GPU; their inference is
-    # (their reserve is: `_reserve_only`)
-    assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False)["workspace"] is None
+    # unpacked multi-layer training depends on cuDNN's wavefront chunk (`_wavefront_steps`: known at
+    # batch 8, not at batch 9, 8 or 16), and packed multi-layer RNN_TANH training without dropout is not
+    # linear in batch and steps on the GPU; their inference is (their reserve is: `_reserve_only`)
+    assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, True, 9, 50, 450, False)["workspace"] is None
+    assert (
+        _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False)["workspace"] is not None
+    )
     assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, False, 8, 50, 400, False) is not None
     assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.25, True, 8, 50, 400, False) is not None
     assert _rnn._fitted(tanh, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 281, True)["workspace"] is None
-    # unpacked multi-layer LSTM: inputs wider than the hidden size, and steps so few that the
-    # second form exceeds the first (GPU: there it is neither)
-    assert _rnn._fitted(lstm, f32, 1000, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
-    assert _rnn._fitted(lstm, f32, 256, 256, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
+    # unpacked multi-layer LSTM: the same at batch 9 (an LSTM's reserve is not kept alone)
+    assert _rnn._fitted(lstm, f32, 1000, 512, 0, 2, False, 0.0, True, 9, 50, 450, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 256, 0, 2, False, 0.0, True, 9, 50, 450, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is not None
     # RNN.cpp's persistent algorithms: small hidden sizes, and float16 one-layer LSTMs of batch 8k;
     # an LSTM of hidden <= 192 takes `_fitted_small_h` (in training with inputs no wider than the
@@ -604,12 +621,21 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, True, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, f32, 192, 192, 0, 1, False, 0.0, False, 8, 283, 2264, False) is None
-    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
+    # (the float16 one-layer LSTM at batch 8 runs CUDNN_RNN_ALGO_PERSIST_STATIC: `_fitted_persist_static`,
+    # at least 224 tokens in training; the uni sweep measured this one: 20,406,592 bytes)
+    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) == {
+        "workspace": 20406592
+    }
+    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, True, 8, 7, 56, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
-    # longer than the sweeps and the probe measured (training 400 steps, inference 800)
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, False) is None
+    # longer than the sweeps and the probes measured (LSTM and GRU: unpacked 2,048 steps, packed 400 in
+    # training and 1,024 in inference; RNN_TANH/RELU 400 in training, 800 in inference)
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 2048, 16384, False) is not None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 2049, 16392, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, True) is None
+    assert _rnn._fitted(tanh, f32, 256, 512, 0, 2, False, 0.2, True, 8, 401, 3208, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is not None
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 801, 6408, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 1025, 8200, True) is None
 
 
 def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace():
@@ -719,11 +745,12 @@ def test_a_short_multi_layer_unidirectional_gru_takes_the_second_form():
     gru = _rnn.MODES["gru"]
     # GPU, held out: fp32 GRU, 88 inputs, 592 hidden, 3 layers, no dropout, unpacked batch 109 of
     # 2 steps: training workspace 52910016 (= backward's), reserve 10324736; at 7 steps or fewer the
-    # training workspace is max(a, f) with more layers too, beyond it not linear
+    # training workspace is max(a, f) with more layers too whatever `_wavefront_steps`' chunk, beyond it
+    # by the chunk, unknown at batch 97 to 104 (4 or 2) over fewer than 128 steps
     f = _rnn._fitted(gru, torch.float32, 88, 592, 0, 3, False, 0.0, True, 109, 2, 218, False)
     assert f == {"workspace": 52910016, "reserve": 10324736, "backward_workspace": 52910016}
     assert (
-        _rnn._fitted(gru, torch.float32, 88, 592, 0, 3, False, 0.0, True, 109, 8, 872, False)["workspace"]
+        _rnn._fitted(gru, torch.float32, 88, 592, 0, 3, False, 0.0, True, 100, 50, 5000, False)["workspace"]
         is None
     )
 
@@ -1055,13 +1082,125 @@ def test_blind321_sincnet_three_layer_lstm_problems_are_measured():
     # peaked 3,785,177,600 bytes above the twin in training). Measured by the H100 probe
     # validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe.py (_h100.out): the reserve and
     # the inference workspace are the fitted forms' (`_uni_reserve`, the inference form) to the byte.
+    # The formula now gives both (`_wavefront_steps`: k = 32, chunks of 8 over 3 layers).
     lstm = _rnn.MODES["lstm"]
-    assert (
-        _rnn._fitted(lstm, torch.float16, 60, 384, 0, 3, False, 0.0, True, 256, 937, 256 * 937, False) is None
-    )
+    f = _rnn._fitted(lstm, torch.float16, 60, 384, 0, 3, False, 0.0, True, 256, 937, 256 * 937, False)
+    assert f == {"workspace": 654264576, "reserve": 3131769088, "backward_workspace": 654264576}
     p = _rnn._problems()[("lstm", "float16", 60, 384, 0, 3, False, 256, 937, None, True)]
     reserve = _rnn._uni_reserve(lstm, 2, 384, 3, 0.0, 256, 937, 256 * 937)
     assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (654264576, reserve, 654264576)
     assert reserve == 3131769088
     p = _rnn._problems()[("lstm", "float16", 60, 384, 0, 3, False, 256, 1174, None, False)]
     assert p["workspace"] == 505358592
+
+
+def test_unpacked_lstms_and_grus_past_400_steps_take_the_fitted_sizes():
+    # the H100 probe validation/run/probes/lead70_rnn_long_seq_sweep_probe.py (
+    # fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl): 144 unidirectional unpacked
+    # LSTMs and GRUs, float16 and float32, hidden 256/512/1,024, inputs 64/512, 1 and 2 layers, batch
+    # 64 over 512, 1,024 and 2,048 steps, past `_fitted_uni`'s former 400 (training) and 800 steps.
+    # Every figure is the fitted forms': one layer f over the whole sequence, two layers f with
+    # `_wavefront_steps`' k = 24 (chunks of 8), the 9 float16 one-layer LSTMs of 512 inputs
+    # CUDNN_RNN_ALGO_PERSIST_STATIC's (`_fitted_persist_static`)
+    import json
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    path = FIXTURES / "run" / "probes" / "lead70_rnn_long_seq_sweep_probe_h100.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    persistent = 0
+    for r in rows:
+        mode, dtype = _rnn.MODES[r["mode"]], getattr(torch, r["dtype"])
+        b, s = r["batch"], r["seq_length"]
+        args = (mode, dtype, r["input_size"], r["hidden_size"], 0, r["num_layers"], False, 0.0)
+        train = _rnn._fitted(*args, True, b, s, b * s, False)
+        infer = _rnn._fitted(*args, False, b, s, b * s, False)
+        assert train == {
+            "workspace": r["train_workspace"],
+            "reserve": r["reserve"],
+            "backward_workspace": r["backward_workspace"],
+        }
+        assert infer == {"workspace": r["infer_workspace"]}
+        persistent += _rnn._persistent(mode, dtype, r["input_size"], r["hidden_size"], r["num_layers"], b)
+    assert (len(rows), persistent) == (144, 9)
+    # and the lj03 probe (validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out):
+    # its 3-layer float16 LSTM of 384 over 60 inputs at batch 64 and 256 over 128 to 1,174 steps
+    out = FIXTURES.parent / "validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out"
+    lines = out.read_text().splitlines()
+    for r in map(json.loads, lines):
+        b, s = r["batch"], r["seq"]
+        args = (_rnn.MODES["lstm"], torch.float16, 60, 384, 0, 3, False, 0.0)
+        train = _rnn._fitted(*args, True, b, s, b * s, False)
+        assert (train["workspace"], train["reserve"]) == (r["train_workspace"], r["reserve"])
+        assert _rnn._fitted(*args, False, b, s, b * s, False)["workspace"] == r["infer_workspace"]
+    assert len(lines) == 16
+
+
+def test_the_wavefront_steps_agree_with_the_sweeps_multi_layer_training():
+    # every unpacked unidirectional multi-layer training problem of the two H200 sweeps
+    # (rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz) that runs the standard algorithm and that
+    # `_wavefront_steps` answers: the training workspace (and the backward's) exact or under by an
+    # alignment padding (at most 324 bytes)
+    import json
+    import lzma
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    seen = exact = 0
+    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
+        for line in lzma.open(FIXTURES / "run" / name, "rt"):
+            r = json.loads(line)
+            if r.get("set") == "meta" or r.get("error") or r["proj_size"] or r["bidirectional"]:
+                continue
+            b, s, layers = r["batch"], r["seq_length"], r["num_layers"]
+            if r["lengths"] is not None or layers < 2 or _rnn._wavefront_steps(b, s, layers) is None:
+                continue
+            args = (r["input_size"], r["hidden_size"], 0, layers, False, r["dropout"], True, b, s, b * s)
+            f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, False)
+            if f is None or f["workspace"] is None:
+                continue
+            assert 0 <= r["train_workspace"] - f["workspace"] <= 324
+            assert r["backward_workspace"] == r["train_workspace"]
+            seen += 1
+            exact += r["train_workspace"] == f["workspace"]
+    assert (seen, exact) == (1582, 1378)
+
+
+def test_the_wavefront_chunk_probe_takes_the_fitted_sizes():
+    # the H100 probe validation/run/probes/rn71_rnn_wavefront_chunk_probe.py (
+    # fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl): 1,275 unpacked float16 GRUs of 256
+    # over 256 inputs (batch 1 to 1,024 x 8 to 2,048 steps x 2 to 4 layers; `_WAVEFRONT_CHUNKS` read
+    # from them), 16 bidirectional LSTMs and GRUs over 512 and 1,024 steps and 16 packed unidirectional
+    # ones to 1,024 steps. Every figure the twin gives is the GPU's; it leaves out the one-layer
+    # bidirectional GRUs (outside `_fitted`), packed training past 400 steps (8 of the 16 exceed the
+    # linear form there) and the grid's training workspaces where a batch between two rows of
+    # `_WAVEFRONT_CHUNKS` or 121 to 127 steps leave the chunk open (none: the grid sits on its rows)
+    import json
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    path = FIXTURES / "run" / "probes" / "rn71_rnn_wavefront_chunk_probe_h100.jsonl"
+    answered = left = 0
+    for r in map(json.loads, path.read_text().splitlines()):
+        b, s, packed = r["batch"], r["seq_length"], r["packed"]
+        tokens = r.get("tokens", b * s)
+        args = (r["input_size"], r["hidden_size"], 0, r["num_layers"], r["bidirectional"], 0.0)
+        mode, dtype = _rnn.MODES[r["mode"]], getattr(torch, r["dtype"])
+        train = _rnn._fitted(mode, dtype, *args, True, b, s, tokens, packed) or {}
+        infer = _rnn._fitted(mode, dtype, *args, False, b, s, tokens, packed) or {}
+        fitted = {
+            "train_workspace": train.get("workspace"),
+            "reserve": train.get("reserve"),
+            "backward_workspace": train.get("backward_workspace"),
+            "infer_workspace": infer.get("workspace"),
+        }
+        for key, value in fitted.items():
+            if value is None:
+                left += 1
+            else:
+                assert value == r[key]
+                answered += 1
+    assert (answered, left) == (5168, 60)

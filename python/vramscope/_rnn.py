@@ -480,10 +480,7 @@ def _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, toke
     if seq > 282 or (train and i > h):
         return None
     lstm = MODES["lstm"]
-    n, layout = weight_layout(lstm, i, h, 0, layers, False)
-    matrices = n - len(layout) * 2 * 4 * h
-    c0 = 256 + es * matrices + 8 * _MIB * layers
-    infer = c0 + -(-8 * b // 32) * 32 + es * (b * layers * 8 * h + t * (21 * h + i))
+    infer = _persist_infer(es, i, h, layers, b, t)
     if not train:
         return {"workspace": infer}
     workspace = infer + (es * t * h if dropout > 0 else 0)
@@ -498,6 +495,38 @@ def _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, toke
             return None
         backward = std["workspace"]
     return {"workspace": workspace, "reserve": reserve, "backward_workspace": backward}
+
+
+def _persist_infer(es, input_size, hidden, layers, batch, tokens) -> int:
+    """The inference workspace of an unpacked unidirectional LSTM on either persistent algorithm
+    (CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H, `_fitted_small_h`; CUDNN_RNN_ALGO_PERSIST_STATIC,
+    `_fitted_persist_static`): c0 + roundup(8B, 32) + E * (B * L * 8h + T * (21h + i)), c0 as in
+    `_fitted_uni`."""
+    h, i = hidden, input_size
+    n, layout = weight_layout(MODES["lstm"], i, h, 0, layers, False)
+    c0 = 256 + es * (n - len(layout) * 2 * 4 * h) + 8 * _MIB * layers
+    return c0 + -(-8 * batch // 32) * 32 + es * (batch * layers * 8 * h + tokens * (21 * h + i))
+
+
+def _fitted_persist_static(input_size, hidden, layers, train, batch, seq, tokens, es):
+    """A float16 one-layer unpacked LSTM that RNN.cpp's `use_persist_common_heuristics` and
+    `use_persist_device_heuristics` send to CUDNN_RNN_ALGO_PERSIST_STATIC (`_persistent`), forward and
+    backward: the small-hidden persistent algorithm's inference form (`_persist_infer`), which the
+    training forward and the backward take too. GPU measurements: the uni sweep's 21 such problems
+    (fixtures/run/rnn_sweep_uni_h200.jsonl.xz, `algo_fwd` 1: 256 inputs, hidden 512, batch 8 to 128,
+    1 to 200 steps; inference exact in all) and the H100 probe's 9
+    (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: 512 inputs, hidden 256, 512 and
+    1,024, batch 64, 512 to 2,048 steps; every figure exact). Domain (None outside it): at most 2,048
+    steps; in training at least 224 tokens (B * S: at 128 tokens or fewer, batch 8 of 2 and 7 steps,
+    32 of 1 and 2, 64 of 2, the sweep's training workspace exceeds the form by 1.2 to 2.3 MB, which
+    this leaves out)."""
+    if seq > 2048 or (train and tokens < 224):
+        return None
+    infer = _persist_infer(es, input_size, hidden, layers, batch, tokens)
+    if not train:
+        return {"workspace": infer}
+    reserve = _uni_reserve(MODES["lstm"], es, hidden, layers, 0.0, batch, seq, tokens)
+    return {"workspace": infer, "reserve": reserve, "backward_workspace": infer}
 
 
 def _fitted_small_h_bidir(input_size, hidden, layers, train, batch, seq, tokens, es):
@@ -590,29 +619,38 @@ def _fitted_uni(
       ub = 3, 5, 10;
     - training: a = inference + E * T * h with dropout (and always for packed RNNs), then
       packed LSTM/GRU, one layer: max(a, c0 + E * (B * h [LSTM: 3h] + T * (i + h))); more layers: a;
-      unpacked, f = c0 + roundup(8B, 32) + E * (B * L * fb*h + T * (3h + 2i + max(h, i))), fb = 5
-      (LSTM 11): one layer, or at most 7 steps, max(a, f); LSTM with more layers a where f <= a;
+      unpacked, max(a, f), f = c0 + roundup(8B, 32) + E * (B * L * fb*h + B * k*h +
+      T * (2h + 2i + max(h, i))), fb = 5 (LSTM 11), k = `_wavefront_steps` (S for one layer); where
+      k is unknown, a if f with k = S is at most a;
     - the backward's two workspaces are the training forward's;
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
       dropout B * S * (L - 1) * h / 8.
 
-    Domain (None outside it): at most 400 steps (inference 800: the probe's two 800-step problems
-    agree, fixtures/run/run_flash_rnn_probe_s36_h200.jsonl), dropout only with 2 or more layers; unpacked: the
-    standard algorithm (`_persistent`); training: packed LSTM/GRU
-    with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h and one layer or
-    dropout; unpacked with more layers and over 7 steps: LSTM only where i <= h and f <= a, GRU
-    only with dropout and i <= h, RNN not at all. Elsewhere the training workspace is not
-    linear in B and T (a cuDNN heuristic the sweep does not resolve). On held-out problems in the
-    domain the sizes are exact or under by at most 310 bytes (alignment padding left out).
+    Domain (None outside it): RNN_TANH/RELU at most 400 steps in training, 800 in inference
+    (fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at most 400 in training, 1,024
+    in inference, unpacked at most 2,048 (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl,
+    fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl; packed training past 400 steps exceeds
+    these forms); dropout only with 2 or more layers; unpacked: the standard algorithm (`_persistent`;
+    float16 one-layer LSTMs it sends to CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`);
+    training: packed LSTM/GRU with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h
+    and one layer or dropout; unpacked with more layers where `_wavefront_steps` knows k, or f with k = S
+    is at most a. Elsewhere the training workspace depends on a cuDNN heuristic the sweeps do not resolve.
+    In the domain the sizes are exact or under by an alignment padding this leaves out (docs/cudnn-rnn.md).
 
     Unpacked LSTMs of hidden <= 192 run CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward: `_fitted_small_h`;
     `standard` asks for the standard algorithm's sizes whatever the heuristics pick (that backward)."""
     es = _ELEMENT_BYTES[dtype]
-    if seq > (400 if train else 800) or (dropout > 0 and layers < 2):
+    if mode in (MODES["lstm"], MODES["gru"]):
+        longest = 400 if packed and train else 1024 if packed else 2048
+    else:
+        longest = 400 if train else 800
+    if seq > longest or (dropout > 0 and layers < 2):
         return None
     if not packed and mode == MODES["lstm"] and hidden <= 192 and not standard:
         return _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, tokens, es, dtype)
     if not packed and not standard and _persistent(mode, dtype, input_size, hidden, layers, batch):
+        if mode == MODES["lstm"]:
+            return _fitted_persist_static(input_size, hidden, layers, train, batch, seq, tokens, es)
         return _reserve_only(mode, es, hidden, layers, dropout, train, batch, seq, tokens)
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
@@ -638,15 +676,14 @@ def _fitted_uni(
         else:
             workspace = a if i + h <= gates * h else None
     else:
-        f = c0 + rows + es * (b * layers * (11 if lstm else 5) * h + t * (3 * h + 2 * i + max(h, i)))
-        if layers == 1 or seq <= 7:
-            workspace = max(a, f)
-        elif lstm:
-            workspace = a if i <= h and f <= a else None
-        elif not rnn:
-            workspace = a if dropout > 0 and i <= h else None
+        # f's per-sequence buffer of h holds k steps: the whole sequence for one layer, else the
+        # wavefront's (`_wavefront_steps`); unknown there, f is at most its k = S value
+        f = c0 + rows + es * (b * layers * (11 if lstm else 5) * h + t * (2 * h + 2 * i + max(h, i)))
+        k = _wavefront_steps(b, seq, layers)
+        if k is not None:
+            workspace = max(a, f + es * b * h * k)
         else:
-            workspace = None
+            workspace = a if f + es * t * h <= a else None
     if workspace is None:
         return _reserve_only(mode, es, hidden, layers, dropout, train, batch, seq, tokens)
     return {
@@ -654,6 +691,41 @@ def _fitted_uni(
         "reserve": _uni_reserve(mode, es, hidden, layers, dropout, batch, seq, tokens),
         "backward_workspace": workspace,
     }
+
+
+#: cuDNN's wavefront chunk c (steps) of unpacked multi-layer training by batch, over at most 120 steps:
+#: (first batch, last batch, c), from 128 steps max(c, 8); batches between two rows are unmeasured.
+#: GPU measurements: validation/run/probes/rn71_rnn_wavefront_chunk_probe.py
+#: (fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl: a float16 GRU, batch 1 to 1,024 x 8 to
+#: 2,048 steps x 2 to 4 layers, c the same for every layer count) and the sweeps' 105 x 30 (c = 2)
+_WAVEFRONT_CHUNKS = ((1, 1, 32), (2, 8, 16), (10, 16, 8), (20, 96, 4), (105, 1024, 2))
+
+
+def _wavefront_steps(batch, seq, layers):
+    """The steps k of the unpacked training form f's per-sequence buffer of h elements (`_fitted_uni`):
+    the whole sequence for one layer; with more, cuDNN runs the layers as a wavefront over chunks of
+    c steps (`_WAVEFRONT_CHUNKS`) and k = min(S, c * L + max(c, 8)). Every unpacked multi-layer LSTM,
+    GRU and RNN training workspace measured (the H200 sweeps, fixtures/run/rnn_sweep_uni_h200.jsonl.xz
+    and rnn_sweep_h200.jsonl.xz: 2 to 4 layers, any h, i, dtype, with and without dropout; the H100
+    probes past 400 steps, probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl and
+    validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out; the chunk probe's 1,275)
+    is max(a, f) with this k. None where the measured chunks leave k open: a batch between two rows
+    (with its neighbours' chunks giving different k), 121 to 127 steps, a batch over 1,024 (except at
+    most 7 steps: k = S whatever c)."""
+    if layers == 1 or seq <= 7:
+        return seq
+    chunks = set()
+    for i, (lo, hi, c) in enumerate(_WAVEFRONT_CHUNKS):
+        if lo <= batch <= hi:
+            chunks = {c}
+        elif i and _WAVEFRONT_CHUNKS[i - 1][1] < batch < lo:
+            chunks = {_WAVEFRONT_CHUNKS[i - 1][2], c}
+    if seq >= 128:
+        chunks = {max(c, 8) for c in chunks}
+    elif seq > 120:
+        chunks |= {max(c, 8) for c in chunks}
+    steps = {min(seq, c * layers + max(c, 8)) for c in chunks}
+    return steps.pop() if len(steps) == 1 else None
 
 
 def _uni_reserve(mode, es, hidden, layers, dropout, batch, seq, tokens) -> int:
