@@ -3,8 +3,10 @@ step on (one 20 MiB segment the twin has and the GPU did not) and by +3,840,000 
 (merge_and_unload + static-cache generate; the twin's peak is in the prefill forward). This is lp01 as is
 (its full sizes, plain `python3`, < 60 s, ~5 GB) with the caching allocator's memory history recorded
 around the first packed step (every segment_alloc: its size, the allocation that made it, its index among
-the step's allocations and, on the GPU, the Python frames) and around generate() (the alloc/free events up
-to the peak, and the large allocations with their frames). The twin prints the same lines (no frames).
+the step's allocations and the Python frames; the large pool's segments and free blocks of 1 MiB or more
+before the step, at layers 0 and 7 and before layer 7's up_proj lora_A, and before generate) and around
+generate() (the alloc/free events up to the peak, and the large allocations with their frames). The twin
+prints the same lines.
 """
 
 import torch
@@ -122,6 +124,39 @@ def packed_batch(gen):
     return ids, pos, labels
 
 
+def free_blocks(tag):
+    free, segs = [], []
+    for seg in torch.cuda.memory._snapshot()["segments"]:
+        if seg["segment_type"] != "large":
+            continue
+        segs.append(seg["total_size"])
+        free += [b["size"] for b in seg["blocks"] if b["state"] == "inactive" and b["size"] >= 1048576]
+    free.sort(reverse=True)
+    print(
+        f"{tag}: allocated {torch.cuda.memory_allocated()} reserved {torch.cuda.memory_reserved()} "
+        f"large segments {sorted(segs, reverse=True)} free blocks >= 1 MiB {free}"
+    )
+
+
+hooked = []
+
+
+def once(tag):
+    def hook(module, args):
+        if tag not in hooked:
+            hooked.append(tag)
+            free_blocks(tag)
+
+    return hook
+
+
+layers = model.base_model.model.model.layers
+handles = [
+    layers[0].register_forward_pre_hook(once("free at layer 0")),
+    layers[7].register_forward_pre_hook(once("free at layer 7")),
+    layers[7].mlp.up_proj.lora_A["default"].register_forward_pre_hook(once("free at layer 7 up_proj lora_A")),
+]
+free_blocks("free before step 0")
 gen = torch.Generator().manual_seed(11)
 model.train()
 for step in range(3):
@@ -137,6 +172,8 @@ for step in range(3):
     print(f"step {step} docs {int((pos == 0).sum())} loss {out.loss.item():.4f}")
     del out
     if step == 0:
+        for h in handles:
+            h.remove()
         trace = stop_history()
         n_alloc = sum(e["action"] == "alloc" for e in trace)
         for i, e in enumerate(trace):
@@ -157,6 +194,7 @@ prompts = torch.randint(3, config.vocab_size, (G, PL))
 plen = torch.linspace(PL // 3, PL, G).long()
 attn = (torch.arange(PL)[None, :] >= (PL - plen)[:, None]).long()
 prompts = prompts * attn
+free_blocks("free before generate")
 torch.cuda.synchronize()
 base = torch.cuda.memory_allocated()
 torch.cuda.reset_peak_memory_stats()
