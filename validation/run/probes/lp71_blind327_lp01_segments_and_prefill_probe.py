@@ -184,6 +184,16 @@ for step in range(3):
                     f"step0 segment {e['size']} for alloc {nxt and nxt['size']} #{k} at {nxt and frames(nxt)}"
                 )
         print(f"step0 allocs {n_alloc} reserved {torch.cuda.memory_reserved()}")
+        ev, k = [], 0
+        for e in trace:
+            if e["action"] == "alloc":
+                k += 1
+                if k > 960:
+                    break
+                ev.append(f"+{e['size']}")
+            elif e["action"] == "free_requested":
+                ev.append(f"-{e['size']}")
+        print("step0 events to the 960th alloc: " + " ".join(ev))
         report("packed_step0")
 report("packed_steps1-2")
 
