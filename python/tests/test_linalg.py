@@ -822,6 +822,20 @@ def test_qr_of_svd_lowrank_range_finders_takes_the_h100s_geqrf_workspace(shape):
     assert not cap.unmeasured
 
 
+@pytest.mark.parametrize("shape", [(3072, 64), (3072, 32), (3072, 128), (6144, 64), (12288, 64)])
+def test_qr_of_lora_ga_svd_lowrank_range_finders_takes_the_h100s_workspaces(shape):
+    # lp71_blind327_svd_lowrank_qr_workspaces_probe's H100 events (blind327/lp01's LoRA-GA svd_lowrank,
+    # q 64): Q, R, tau, geqrf's info and 3,145,856-byte workspace, orgqr's info and workspace
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(*shape, device="cuda")
+        torch.cuda.synchronize()
+        _, counts = counted(lambda: torch.linalg.qr(a))
+        gpu = probe_events("lp71_blind327_svd_lowrank_qr_workspaces_probe_h100.txt", f"qr {shape} float32")
+        allocs = [n for action, n in gpu if action == "alloc"]
+        assert counts == (len(allocs), sum(allocs))
+    assert not cap.unmeasured
+
+
 def test_cholesky_inverse_and_lu_factor_of_one_matrix():
     # dm06 (K-FAC): the result, the factor's column-major clone and potrs' info; LU, pivots, info
     # and getrf's workspace

@@ -421,6 +421,13 @@ GEQRF_WORKSPACE = {
     (1000000, 8, torch.float32): 3145856,
     (250000, 16, torch.float32): 3145856,
     (64, 8, torch.float32): 3145856,
+    # lp71_blind327_svd_lowrank_qr_workspaces_probe on an H100: blind327/lp01's LoRA-GA
+    # `svd_lowrank(grad, q=64, niter=4)` range-finder QRs of (3,072, 64), and neighbours
+    (3072, 64, torch.float32): 3145856,
+    (3072, 32, torch.float32): 3145856,
+    (3072, 128, torch.float32): 3145856,
+    (6144, 64, torch.float32): 3145856,
+    (12288, 64, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(
@@ -449,6 +456,8 @@ ORGQR_WORKSPACE.update(
         # blind169/fm05's H200 history (svd_lowrank's range finder, reduced Q)
         (256, 136, 136, torch.float32): 336896,
         (1024, 136, 136, torch.float32): 730112,
+        # lp71_blind327_svd_lowrank_qr_workspaces_probe on an H100 (`linalg_qr` of 3,072 x 128 float32)
+        (3072, 128, 128, torch.float32): 1770496,
     }
 )
 
