@@ -8,7 +8,8 @@ script unchanged (runpy, as `__main__`) with read-only instruments, for the phas
   the layout;
 - `layout TAG ...` at the end of every phase (the script's reset_peak_memory_stats) and where named
   above: each segment of `torch.cuda.memory_snapshot()` ordered by (stream, pool, size, address), its
-  size and its blocks in address order (`a` allocated, `i` inactive, bytes; small-pool ones as counts).
+  stream, its address in MiB above the lowest segment's (@N), its size and its blocks in address order
+  (`a` allocated, `i` inactive, bytes; small-pool segments as counts).
 
     python3 probes/lm71_blind324_layout_probe.py blind324/SCRIPT.py PHASES   (from validation/run)
 
@@ -32,20 +33,23 @@ def mem():
 def layout(tag):
     streams = {}
     segs = []
-    for s in torch.cuda.memory_snapshot():
-        st = streams.setdefault(s["stream"], len(streams)) if s["stream"] else 0
-        segs.append((st if s["stream"] else 0, s["segment_type"], s["total_size"], s["address"], s))
-    segs.sort(key=lambda t: (t[0] != 0, t[0], t[1], t[2], t[3]))
-    for st, kind, total, _, s in segs:
+    snap = torch.cuda.memory_snapshot()
+    lo = min((s["address"] for s in snap), default=0)
+    for s in snap:
+        st = streams.setdefault(s["stream"], len(streams) + 1) if s["stream"] else 0
+        segs.append((st, s["segment_type"], s["total_size"], s["address"], s))
+    segs.sort(key=lambda t: (t[0], t[1], t[2], t[3]))
+    for st, kind, total, address, s in segs:
+        at = f"s{st} @{(address - lo) >> 20}"
         blocks = sorted(s["blocks"], key=lambda b: b["address"])
         if kind == "small":
             n = sum(b["state"] == "active_allocated" for b in blocks)
-            print(f"layout {tag} s{st} small {total} alloc {s['allocated_size']} n {n}")
+            print(f"layout {tag} {at} small {total} alloc {s['allocated_size']} n {n}")
         else:
             desc = " ".join(
                 ("a" if b["state"] == "active_allocated" else "i") + str(b["size"]) for b in blocks
             )
-            print(f"layout {tag} s{st} large {total} : {desc}")
+            print(f"layout {tag} {at} large {total} : {desc}")
 
 
 real_reset = torch.cuda.reset_peak_memory_stats
