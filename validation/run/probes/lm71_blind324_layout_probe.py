@@ -9,7 +9,9 @@ script unchanged (runpy, as `__main__`) with read-only instruments, for the phas
 - `layout TAG ...` at the end of every phase (the script's reset_peak_memory_stats) and where named
   above: each segment of `torch.cuda.memory_snapshot()` ordered by (stream, pool, size, address), its
   stream, its address in MiB above the lowest segment's (@N), its size and its blocks in address order
-  (`a` allocated, `i` inactive, bytes; small-pool segments as counts).
+  (`a` allocated, `i` inactive, bytes; small-pool segments as counts); `layoutbase TAG ADDRESS` the lowest
+  segment's address; after each `mod` line also `maps TAG RANGE SIZE PERMS`, the process's anonymous
+  mappings of 1 MiB or more (on the GPU's host; the twin's lines here are this machine's, not compared).
 
     python3 probes/lm71_blind324_layout_probe.py blind324/SCRIPT.py PHASES   (from validation/run)
 
@@ -35,6 +37,7 @@ def layout(tag):
     segs = []
     snap = torch.cuda.memory_snapshot()
     lo = min((s["address"] for s in snap), default=0)
+    print(f"layoutbase {tag} {lo:#x}")
     for s in snap:
         st = streams.setdefault(s["stream"], len(streams) + 1) if s["stream"] else 0
         segs.append((st, s["segment_type"], s["total_size"], s["address"], s))
@@ -50,6 +53,19 @@ def layout(tag):
                 ("a" if b["state"] == "active_allocated" else "i") + str(b["size"]) for b in blocks
             )
             print(f"layout {tag} {at} large {total} : {desc}")
+
+
+def maps(tag):
+    """This process's anonymous mappings of 1 MiB or more (the host's side of the address space)."""
+    try:
+        lines = open("/proc/self/maps").read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        w = line.split()
+        lo, hi = (int(x, 16) for x in w[0].split("-"))
+        if len(w) == 5 and hi - lo >= 1 << 20:
+            print(f"maps {tag} {w[0]} {(hi - lo) >> 10}K {w[1]}")
 
 
 real_reset = torch.cuda.reset_peak_memory_stats
@@ -88,6 +104,7 @@ def wrap(name):
             if state["depth"] == 0 and state["phase"] in phases:
                 print(f"mod {state['phase']} {name} {type(self).__name__} {mem()}")
                 layout(f"{state['phase']}.{name}")
+                maps(f"{state['phase']}.{name}")
 
     setattr(torch.nn.Module, name, call)
 
