@@ -1,7 +1,7 @@
 """Where blind324's scripts part from the twin inside a phase (session 71, helper lm): runs one blind
 script unchanged (runpy, as `__main__`) with read-only instruments, for the phases named:
 
-- `fwd PH N TYPE ALLOC PEAK` after each nn.Module forward (a global forward hook), the first 400 a phase;
+- `fwd PH N TYPE ALLOC PEAK` after each nn.Module forward (a global hook), the first LM71_FWD (400) a phase;
 - `mod PH to|half|float TYPE ALLOC PEAK` after each top-level `Module.to` / `.half()` / `.float()`, then
   its layout; `app PH TYPE SHAPES ALLOC PEAK` after they convert each leaf module's tensors;
 - `opt PH pre|post N TYPE ALLOC PEAK` before and after each optimizer step (global step hooks), then
@@ -26,6 +26,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 script, phases = sys.argv[1], {int(p) for p in sys.argv[2].split(",")}
 state = {"phase": 0, "fwd": 0, "depth": 0}
+FWD_LINES = int(os.environ.get("LM71_FWD", "400"))
 
 
 def mem():
@@ -84,7 +85,7 @@ torch.cuda.reset_peak_memory_stats = reset
 
 
 def hook(module, args, output):
-    if state["phase"] in phases and state["fwd"] < 400:
+    if state["phase"] in phases and state["fwd"] < FWD_LINES:
         state["fwd"] += 1
         print(f"fwd {state['phase']} {state['fwd']} {type(module).__name__} {mem()}")
 
