@@ -46,6 +46,16 @@ DEVICE_ASSERT = (
 )
 
 
+def distinct_elements(v: torch.Tensor) -> torch.Tensor:
+    """`v` without its broadcast dimensions (stride 0, from `expand`): the same elements, each once, so
+    that a reduction over them (min, max) reads the expanded tensor's storage once, not its every
+    logical element (blind329/lr01: DeBERTa-v2's c2p/p2c `gather` indices, a (S, S) table expanded to
+    (B * H, S, S), spent 96 of 113 s in `min`/`max`)."""
+    return v[
+        tuple(0 if st == 0 and n > 1 else slice(None) for st, n in zip(v.stride(), v.shape, strict=True))
+    ]
+
+
 def index_out_of_range(func, args) -> str | None:
     """Where an index op's indices, whose values the twin knows (not computed over stand-in zeros),
     fall outside the indexed dimension, as the GPU's kernel asserts: a description, else None."""
@@ -71,6 +81,7 @@ def index_out_of_range(func, args) -> str | None:
             v = v[v != ignored[0]]
             if v.numel() == 0:
                 continue
+        v = distinct_elements(v)
         low, high = int(v.min()), int(v.max())
         if high >= size or low < (-size if wraps else 0):
             bad = high if high >= size else low
