@@ -7080,6 +7080,24 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
             )
 
 
+def test_an_expanded_index_is_checked_over_one_slice_of_its_values():
+    # blind328/lq04 (PNA): PyG-style `scatter_reduce(0, idx[:, None].expand_as(m), m, "amax")` whose
+    # backward gathers with the expanded index; the assert check took min/max over every element of
+    # the expanded view (2^31 here: seconds each), though its 0-stride dimensions repeat one slice
+    import time
+
+    with vramscope.capture():
+        idx = torch.randint(0, 1000, (1 << 16,), device="cuda")
+        x = torch.randn(1000, 1 << 15, device="cuda")
+        wide = idx[:, None].expand(1 << 16, 1 << 15)
+        start = time.perf_counter()
+        assert x.gather(0, wide).shape == (1 << 16, 1 << 15)
+        assert time.perf_counter() - start < 1.0
+        bad = torch.cat([idx, torch.tensor([1000], device="cuda")])
+        with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+            torch.randn(1000, 8, device="cuda").gather(0, bad[:, None].expand(-1, 8))
+
+
 def test_values_overwritten_by_unknown_ones_through_a_view_read_as_assumed():
     # blind115/dk03 (SmolVLM): image tiles drawn into a zeros tensor too large to carry the draw,
     # padding tiles found by `(pixels == 0).sum(...) != n`. The base kept its zeros as known values,

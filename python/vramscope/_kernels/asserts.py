@@ -67,6 +67,12 @@ def index_out_of_range(func, args) -> str | None:
             continue
         if isinstance(v, FakeTensor):  # computed under a tracer's fake mode (flex_attention's eager
             continue  # create_fw_bw_graph, blind61/bi05): no values
+        # an expanded index (`idx[:, None].expand_as(src)`, PyG's scatter) repeats its values along
+        # its 0-stride dimensions: one slice of them holds every value (blind328/lq04: 39M-element
+        # min/max per scatter_reduce backward gather otherwise)
+        v = v[
+            tuple(0 if st == 0 and n > 1 else slice(None) for st, n in zip(v.stride(), v.shape, strict=True))
+        ]
         if ignored:
             v = v[v != ignored[0]]
             if v.numel() == 0:
