@@ -270,3 +270,34 @@ def test_no_cuda_memory_caching_keeps_every_storage_out_of_the_allocators_figure
         assert "PYTORCH_NO_CUDA_MEMORY_CACHING (the driver's memory)" in cap.unmeasured
     else:
         assert seen[0] >= 2 * 4 * MIB + 3 * MIB and len(segments) > 0
+
+
+def test_caching_allocator_enable_false_keeps_new_storages_out_of_the_figures():
+    # torch.cuda.caching_allocator_enable(False) (NativeCachingAllocator::enable, CUDACachingAllocator.cpp):
+    # while it holds, allocate() and raw_alloc() take `forceUncachedAllocator() || !isEnabled()`'s path,
+    # uncached_allocate (cudaMalloc) with uncached_delete as the storage's deleter: no block, no
+    # statistic; a storage made before is freed into the cache as ever (blind326/lo01's no_grad
+    # evaluation; the twin took the call as a no-op)
+    with warnings.catch_warnings(), vramscope.capture(gpu="h100"):
+        warnings.simplefilter("ignore")
+        a = torch.empty(64 * MIB, dtype=torch.uint8, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.caching_allocator_enable(False)
+        b = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
+        c = b * 2
+        ptr = torch.cuda.caching_allocator_alloc(3 * MIB)
+        disabled = (
+            torch.cuda.memory_allocated(),
+            torch.cuda.max_memory_allocated(),
+            torch.cuda.memory_reserved(),
+        )
+        del a, c
+        freed = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+        torch.cuda.caching_allocator_enable(True)
+        d = torch.empty(32 * MIB, dtype=torch.uint8, device="cuda")
+        del b
+        enabled = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+        del d, ptr
+    assert disabled == (64 * MIB, 64 * MIB, 64 * MIB)
+    assert freed == (0, 64 * MIB)
+    assert enabled == (32 * MIB, 64 * MIB)

@@ -6129,6 +6129,27 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_reset_graph_stays_registered_with_the_generator_until_it_is_destroyed():
+    # blind326/lo03 (H100, phase 3 -1,024 bytes allocated, 16 requested): `CUDAGraph::reset` releases
+    # the graph's pool alone; only `~CUDAGraph` unregisters the graph from the generator states
+    # (CUDAGraph.cpp), so a reset graph still referenced (the loop variable of a `for g in graphs`)
+    # keeps the generator's two 8-byte seed and offset tensors; the twin freed them at reset
+    with vramscope.capture():
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = torch.empty(256, device="cuda")
+        del y
+        g.reset()
+        assert torch.cuda.memory_allocated() == 2 * 512
+        h = torch.cuda.CUDAGraph()
+        g = h  # the first graph dies: the last to leave, its two tensors freed
+        assert torch.cuda.memory_allocated() == 0
+        with torch.cuda.graph(h):
+            y = torch.empty(256, device="cuda")
+        assert torch.cuda.memory_allocated() == 2 * 512 + 1024  # registered again
+        del y
+
+
 def test_a_stream_joined_into_a_capture_allocates_from_the_graphs_pool():
     # blind317/lf01: a side stream that waits on the capturing stream joins the capture, and the
     # filter `beginAllocateToPool` gets (CUDAGraph.cpp: the stream's capture id is the graph's) sends

@@ -1684,3 +1684,24 @@ def test_log_softmax_of_integer_tokens_has_no_cuda_kernel():
         with pytest.raises(NotImplementedError, match=r"'Int'"):
             torch.softmax(tokens.int().t(), 0)
         assert torch.nn.functional.log_softmax(tokens.float(), 1).shape == (1, 128)
+
+
+def test_accumulating_through_a_host_mask_sorts_as_its_host_nonzero_index():
+    # IndexBackward0 of `x[mask]` with a CPU mask (`unpad_sequence`'s `seq[idx < length]`,
+    # blind325/ln05): `makeLinearIndex` (cuda/Indexing.cu) expands the mask by a host `nonzero()`,
+    # so the sort kernel sees the host int64 index that `mask.nonzero()` gives
+    mask = torch.zeros(1581, dtype=torch.bool)
+    mask[:1200] = True
+
+    def setup():
+        return torch.zeros(1581, 1024, device="cuda"), torch.ones(1200, 1024, device="cuda")
+
+    def put(index):
+        def run(x, v):
+            aten._index_put_impl_(x, [index], v, True, True)  # in place: no new storage
+
+        return run
+
+    by_mask = _extra(put(mask), setup)
+    assert by_mask[0] > 0
+    assert by_mask == _extra(put(mask.nonzero().squeeze(1)), setup)

@@ -2952,6 +2952,8 @@ class Capture:
         self.started = False
         #: `PYTORCH_NO_CUDA_MEMORY_CACHING=1` when CUDA started (`uncached_allocation`)
         self.uncached = False
+        #: `torch.cuda.caching_allocator_enable`'s flag (`NativeCachingAllocator::enable`)
+        self.caching_enabled = True
         #: the caching host allocator's page-locked blocks
         self.pinned = PinnedHost()
         #: whether the device's allocator is built (CUDA's lazy init: `start` or
@@ -3315,6 +3317,13 @@ class Capture:
         if not self.started:
             self.start()
         self.flush_frees()
+        if not self.caching_enabled:
+            # NativeCachingAllocator::allocate, raw_alloc (CUDACachingAllocator.cpp): while
+            # `caching_allocator_enable(False)` holds, `forceUncachedAllocator() || !isEnabled()` gives
+            # the request its own `uncached_allocate` (cudaMalloc), freed by `uncached_delete`
+            # (cudaFree) whenever it dies: no block, no statistic (None: nothing to free)
+            self.cuda_used = True
+            return None
         if self.node_temps is not None and self.node_temps[0] != _kernels.node_key():
             # the node whose body held them has returned: its locals are gone before this
             self.node_temps = None

@@ -583,9 +583,7 @@ def patch(cap) -> _Patch:
                 _graph_values.apply(self._vs_shadow, [*sources, *_graph_values.captured(tape)])
 
         def reset(self):
-            rng_graphs["graphs"].discard(id(self))
-            if not rng_graphs["graphs"]:
-                rng_graphs["extragraph"] = None
+            # (the generator keeps the graph registered: only `~CUDAGraph` unregisters it)
             private = getattr(self, "_private", None)
             if private is not None:
                 for held in [private, *self.__dict__.get("_joined", ())]:
@@ -598,6 +596,11 @@ def patch(cap) -> _Patch:
 
         def __del__(self):
             if cap.active:
+                # ~CUDAGraph (CUDAGraph.cpp): `unregister_graph` from each generator state, then
+                # `reset()`; the last graph to leave frees the seed and offset tensors
+                rng_graphs["graphs"].discard(id(self))
+                if not rng_graphs["graphs"]:
+                    rng_graphs["extragraph"] = None
                 self.reset()
 
         def pool(self):
@@ -814,7 +817,11 @@ def patch(cap) -> _Patch:
             block = cap.malloc(int(size), "caching_allocator_alloc", "buffer")
         finally:
             cap.stream = prev
-        ptr = cap.device.addr_of(block.handle) or (1 << 60) + block.handle
+        if block.handle is None:
+            # an uncached allocation (`caching_allocator_enable(False)`): no block, a unique address
+            ptr = (1 << 61) + id(block)
+        else:
+            ptr = cap.device.addr_of(block.handle) or (1 << 60) + block.handle
         raw_blocks[ptr] = block
         return ptr
 
@@ -841,6 +848,26 @@ def patch(cap) -> _Patch:
     # the backend the environment's settings chose (`CUDACachingAllocator::get()->name()`)
     p.set(C, "_cuda_getAllocatorBackend", lambda: "cudaMallocAsync" if cap.malloc_async() else "native")
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
+
+    def caching_allocator_enable(val):
+        """`torch._C._cuda_cudaCachingAllocator_enable` (`torch.cuda.caching_allocator_enable`):
+        the native allocator's `enable(value)` sets the flag `allocate` reads per request
+        (`Capture._malloc_handle`); a storage keeps the deleter it was made with."""
+        if not isinstance(val, bool):
+            raise TypeError(
+                "_cuda_cudaCachingAllocator_enable(): incompatible function arguments. The following"
+                f" argument types are supported:\n    1. (arg0: bool) -> None\n\nInvoked with: {val!r}"
+            )
+        if cap.malloc_async():
+            cap.note_unmeasured(
+                "caching_allocator_enable under cudaMallocAsync",
+                "torch.cuda.caching_allocator_enable under backend:cudaMallocAsync: the twin keeps "
+                "allocating from the stream-ordered pool",
+            )
+            return
+        cap.caching_enabled = val
+
+    p.set(C, "_cuda_cudaCachingAllocator_enable", caching_allocator_enable)
 
     def set_allocator_settings(env):
         if not isinstance(env, str):

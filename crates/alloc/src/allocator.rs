@@ -2003,12 +2003,16 @@ impl<D: Device> CachingAllocator<D> {
         };
         self.stats.num_device_free += 1;
         self.record(TraceAction::SegmentFree, addr, size, stream);
+        // `cudaFree`: a split segment's first block (`release_available_cached_blocks`) gives back
+        // its whole allocation on the device (`SimDevice::free`), the counters below the block's size
         self.device.free(addr, size);
         self.total_allocated_memory -= size;
         self.stats.segment.decrease(small, 1);
         self.stats.reserved_bytes.decrease(small, size);
         if size >= self.config.max_split_size {
-            self.stats.oversize_segments.decrease(1);
+            // a segment cudaMalloc'd before `max_split_size_mb` was lowered at run time was never
+            // counted oversize: the wheel's counter goes below zero here
+            self.stats.oversize_segments.decrease_unchecked(1);
         }
         self.remove_from_blocks(id);
         self.delete_block(id);
@@ -2733,6 +2737,39 @@ mod tests {
         assert_eq!(a.stats().num_ooms, 0);
         assert_eq!(a.stats().reserved_bytes.all().current as u64, 300 * MB);
         a.free(head).unwrap();
+    }
+
+    #[test]
+    fn a_split_segments_first_block_released_for_room_frees_the_whole_allocation() {
+        // the first-block case of blind310/ky03's path: `cudaFree` of a split segment's first
+        // block succeeds and frees the whole cudaMalloc allocation (the device's used memory drops
+        // by the segment), while `release_block` takes only the block's size off reserved
+        const MB: u64 = 1 << 20;
+        const GB: u64 = 1 << 30;
+        let mut a = CachingAllocator::with_device(
+            AllocatorConfig::default(),
+            SimDevice::new(80 * GB, 80 * GB),
+        );
+        a.set_memory_fraction(1.0 / 80.0);
+        let whole = a.malloc(300 * MB, 0).unwrap();
+        a.free(whole).unwrap();
+        let first = a.malloc(200 * MB, 0).unwrap();
+        let tail = a.malloc(100 * MB, 0).unwrap();
+        a.free(first).unwrap();
+        a.set_allocator_settings("max_split_size_mb:150").unwrap();
+        let (free0, _) = a.mem_info();
+        let frees = a.stats().num_device_free;
+        let big = a.malloc(800 * MB, 0).unwrap();
+        assert_eq!(a.stats().num_device_free, frees + 1);
+        // reserved: 300 - 200 + 800 MiB; the device: 300 MiB freed, 800 MiB taken
+        assert_eq!(a.stats().reserved_bytes.all().current as u64, 900 * MB);
+        assert_eq!(a.stats().allocated_bytes.all().current as u64, 900 * MB);
+        assert_eq!(a.mem_info().0, free0 + 300 * MB - 800 * MB);
+        // the 300 MiB segment, made before max_split_size, was never counted oversize: -1 for it,
+        // +1 for the 800 MiB one
+        assert_eq!(a.stats().oversize_segments.current, 0);
+        // (the tail's `prev` names a deleted block: what freeing it does is undefined in PyTorch)
+        let _ = (big, tail);
     }
 
     #[test]

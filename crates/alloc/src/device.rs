@@ -22,6 +22,8 @@ pub trait Device {
     fn mem_info(&self) -> (u64, u64);
 }
 
+use std::collections::HashMap;
+
 use crate::driver_va::DriverVa;
 
 /// A simulated GPU: `total` bytes as `cudaMemGetInfo` reports them, of which
@@ -53,6 +55,10 @@ pub struct SimDevice {
     /// started as a fresh process ([`SimDevice::with_driver_placement`]):
     /// [`SimDevice::recycled`] starts there again
     fresh: bool,
+    /// each live allocation's size by its address, as the driver knows it
+    /// (`cudaFree` frees the allocation a pointer begins, whatever the caller
+    /// takes its size to be)
+    live: HashMap<u64, u64>,
 }
 
 /// Bytes an unlimited device has, total and allocatable: 64 PiB, small
@@ -123,6 +129,7 @@ impl SimDevice {
             driver,
             beyond: BEYOND_ADDR,
             fresh,
+            live: HashMap::new(),
         }
     }
     /// Whether the context's whole range would go back (no segment at B-2
@@ -352,11 +359,19 @@ impl Device for SimDevice {
             }
         };
         self.used += size;
+        self.live.insert(addr, size);
         Some(addr)
     }
-    fn free(&mut self, addr: u64, size: u64) {
-        self.driver.free(addr);
-        self.used -= size;
+    /// `cudaFree(addr)` frees the whole allocation `addr` begins, not `size`: the caching
+    /// allocator's `release_block` of a split segment's first block (`release_available_cached_blocks`
+    /// after `max_split_size_mb` was set at run time) names the block's size, while the driver
+    /// takes back the segment, tail included. An address not live (freed already: undefined
+    /// in PyTorch, whose `cudaFree` would fail) gives nothing back.
+    fn free(&mut self, addr: u64, _size: u64) {
+        if let Some(size) = self.live.remove(&addr) {
+            self.driver.free(addr);
+            self.used -= size;
+        }
     }
     fn reserve(&mut self, size: u64) -> Option<u64> {
         self.bump(size)
@@ -392,6 +407,19 @@ mod tests {
         assert_eq!(d.mem_info().0, (1 << 30) - (10 << 20));
         d.driver_free(10 << 20);
         assert_eq!(d.mem_info(), (1 << 30, 1 << 30));
+    }
+
+    /// `cudaFree` gives back the allocation a pointer begins, whatever size
+    /// the caller names (a split segment's first block released alone), and
+    /// nothing for a pointer freed already.
+    #[test]
+    fn cuda_free_gives_back_the_whole_allocation_once() {
+        let mut d = SimDevice::new(1 << 30, 1 << 30);
+        let a = d.malloc(400 << 20).unwrap();
+        d.free(a, 300 << 20);
+        assert_eq!(d.mem_info().0, 1 << 30);
+        d.free(a, 100 << 20);
+        assert_eq!(d.mem_info().0, 1 << 30);
     }
 
     /// Expandable segments' reservations lie below every `cudaMalloc`

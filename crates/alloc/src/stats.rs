@@ -32,6 +32,13 @@ impl Stat {
         debug_assert!(self.current >= 0, "negative tracked stat");
         self.freed += amount as i64;
     }
+    /// `Stat::decrease` where the count may go below zero: PyTorch's check is
+    /// `TORCH_INTERNAL_ASSERT_DEBUG_ONLY`, absent from the wheels.
+    #[inline]
+    pub fn decrease_unchecked(&mut self, amount: u64) {
+        self.current -= amount as i64;
+        self.freed += amount as i64;
+    }
     fn reset_peak(&mut self) {
         self.peak = self.current;
     }

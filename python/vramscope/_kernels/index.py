@@ -247,18 +247,27 @@ def _index_put_sorted(cap, func, call, outs):
     values = args[2]
     positions = None
     masks = [(d, i) for d, i in defined if i.dtype in (torch.bool, torch.uint8)]
-    if len(defined) == 1 and masks and registered(masks[0][1]):
+    if len(defined) == 1 and masks:
         # `expandTensors`: a mask becomes `mask.nonzero()`, whose columns are the int64 indices of
         # its dims; n is the values' length along them where they give it, else the mask's count
         k, mask = masks[0]
         md = mask.dim()
         tail = self_.dim() - k - md
         given = isinstance(values, torch.Tensor) and values.dim() == k + 1 + tail and tail >= 0
-        n = values.shape[k] if given else cap.nonzero_count(mask, "boolean-mask index_put_")
-        positions = _mask_positions(cap, mask, n)
-        # cuda/Nonzero.cu writes a (dim, n) buffer and returns its transpose: each column is dense
-        column = torch.empty((md, n), dtype=torch.int64, device="meta").t()
-        defined = [(k + j, column.select(1, j)) for j in range(md)]
+        n = None
+        if registered(mask):
+            n = values.shape[k] if given else cap.nonzero_count(mask, "boolean-mask index_put_")
+            positions = _mask_positions(cap, mask, n)
+        elif given and mask.device.type == "cpu":
+            # a host mask (IndexBackward0 of `x[mask]` with a CPU mask, as `unpad_sequence`'s
+            # `seq[idx < length]`, blind325/ln05): its `nonzero()` runs on the host, and
+            # `computeLinearIndex` copies each host column's product to the device, as a host
+            # int64 index's (the loop below)
+            n = values.shape[k]
+        if n is not None:
+            # cuda/Nonzero.cu writes a (dim, n) buffer and returns its transpose: each column is dense
+            column = torch.empty((md, n), dtype=torch.int64, device="meta").t()
+            defined = [(k + j, column.select(1, j)) for j in range(md)]
     dims = [d for d, _ in defined]
     if dims and dims != list(range(dims[0], dims[0] + len(dims))):
         # `makeLinearIndex` (cuda/Indexing.cu): indexed dims with others between them (no
