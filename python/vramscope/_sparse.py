@@ -472,8 +472,8 @@ def _distinct(cap, t, n: int):
     cap.warn_once(
         "coalesce:" + site,
         f"{site}: coalescing a sparse CUDA tensor of {n} entries needs its indices' values, which "
-        "the twin does not compute: it takes every index as distinct (the largest result; memory "
-        "after it is an upper bound)",
+        "the twin does not compute: it takes every index as distinct, at most one per index the "
+        "sparse dimensions hold (the largest result; memory after it is an upper bound)",
     )
     # no more distinct tuples than the sparse dimensions hold (blind328/lq03: 3.4M summed rows of
     # SparseAdam's gradient over a 200,000-row table)
