@@ -8306,3 +8306,20 @@ def test_in_place_addmv_reads_its_matrix_as_the_second_argument():
         h.addmv_(x[::2, ::2].T, v[::2])  # strides (2, 64): copied first
         assert torch.cuda.memory_allocated() - base == 512
         assert torch.cuda.max_memory_allocated() - base == 512 + 512 * 16 * 8
+
+
+def test_without_broadcast_dims_drops_broadcast_dimensions_for_the_index_bounds_check():
+    # blind329/lr01: DeBERTa-v2's gather indices, a (S, S) table expanded to (B * H, S, S), had every
+    # logical element reduced by the bounds check's min/max; the check reads the storage once now
+    from vramscope._kernels.asserts import without_broadcast_dims
+
+    base = torch.tensor([[0, 3], [1, 2]])
+    wide = base[None, :, None, :].expand(1000, 2, 1000, 2)
+    d = without_broadcast_dims(wide)
+    assert d.numel() == 4 and int(d.min()) == 0 and int(d.max()) == 3
+    with vramscope.capture():
+        x = torch.randn(8, 3, device="cuda")
+        idx = torch.tensor([[0], [7]], device="cuda").expand(2, 3)
+        assert torch.gather(x, 0, idx).shape == (2, 3)
+        with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+            torch.gather(x, 0, torch.tensor([[0], [8]], device="cuda").expand(2, 3))

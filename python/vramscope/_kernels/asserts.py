@@ -46,6 +46,16 @@ DEVICE_ASSERT = (
 )
 
 
+def without_broadcast_dims(v: torch.Tensor) -> torch.Tensor:
+    """`v` without its broadcast dimensions (stride 0, from `expand`): the same elements, each once, so
+    that a reduction over them (min, max, a filter) reads the expanded tensor's storage once, not its
+    every logical element (blind329/lr01: DeBERTa-v2's c2p/p2c `gather` indices, a (S, S) table
+    expanded to (B * H, S, S))."""
+    return v[
+        tuple(0 if st == 0 and n > 1 else slice(None) for st, n in zip(v.stride(), v.shape, strict=True))
+    ]
+
+
 def index_out_of_range(func, args) -> str | None:
     """Where an index op's indices, whose values the twin knows (not computed over stand-in zeros),
     fall outside the indexed dimension, as the GPU's kernel asserts: a description, else None."""
@@ -67,12 +77,7 @@ def index_out_of_range(func, args) -> str | None:
             continue
         if isinstance(v, FakeTensor):  # computed under a tracer's fake mode (flex_attention's eager
             continue  # create_fw_bw_graph, blind61/bi05): no values
-        # an expanded index (`idx[:, None].expand_as(src)`, PyG's scatter) repeats its values along
-        # its 0-stride dimensions: one slice of them holds every value (blind328/lq04: 39M-element
-        # min/max per scatter_reduce backward gather otherwise)
-        v = v[
-            tuple(0 if st == 0 and n > 1 else slice(None) for st, n in zip(v.stride(), v.shape, strict=True))
-        ]
+        v = without_broadcast_dims(v)
         if ignored:
             v = v[v != ignored[0]]
             if v.numel() == 0:
