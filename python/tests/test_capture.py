@@ -7116,6 +7116,19 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
             )
 
 
+def test_an_expanded_index_is_checked_as_its_values():
+    # blind328/lq04 (PNA): PyG-style `scatter_reduce(0, idx[:, None].expand_as(m), m, "amax")`, whose
+    # backward gathers with the expanded index; the bounds check reads its storage once
+    # (`without_broadcast_dims`) and still finds an index out of range
+    with vramscope.capture():
+        idx = torch.randint(0, 1000, (4096,), device="cuda")
+        x = torch.randn(1000, 64, device="cuda")
+        assert x.gather(0, idx[:, None].expand(4096, 64)).shape == (4096, 64)
+        bad = torch.cat([idx, torch.tensor([1000], device="cuda")])
+        with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+            x.gather(0, bad[:, None].expand(-1, 64))
+
+
 def test_values_overwritten_by_unknown_ones_through_a_view_read_as_assumed():
     # blind115/dk03 (SmolVLM): image tiles drawn into a zeros tensor too large to carry the draw,
     # padding tiles found by `(pixels == 0).sum(...) != n`. The base kept its zeros as known values,

@@ -945,3 +945,16 @@ def test_sparse_softmax_over_a_sparse_dimension_allocates_the_h100s_pools():
         _, got = _history(lambda: out.append(torch.sparse.softmax(s, dim=1)))
         assert got == probe_events(KX69, "coo sparse.softmax dim 1 (1560000 entries)")
     assert not cap.unmeasured
+
+
+def test_coalescing_unknown_indices_keeps_no_more_rows_than_the_table():
+    # blind328/lq03 (DeepWalk, SparseAdam): walk indices the twin carries no values of, 3.4M summed
+    # gradient rows over a 200,000-row table; every entry taken as distinct gave 13.6 GB, but the
+    # coalesced tensor holds at most one row per index tuple of its sparse dimensions
+    with vramscope.capture(gpu="h100"):
+        emb = torch.nn.Embedding(1000, 64, sparse=True).to("cuda")
+        ids = (torch.randn(100_000, device="cuda").abs() * 300).long().clamp(max=999)  # no values
+        assert vramscope._tensor.value(ids) is None
+        emb(ids).sum().backward()
+        assert emb.weight.grad._nnz() == 100_000
+        assert emb.weight.grad.coalesce()._nnz() == 1000
