@@ -808,29 +808,24 @@ def test_eigh_of_3_by_3_batches_takes_the_workspace_the_h100_measured(batch, dty
     assert not cap.unmeasured
 
 
-@pytest.mark.parametrize("shape", [(1000000, 16), (64, 16), (1000000, 8), (250000, 16), (64, 8)])
-def test_qr_of_svd_lowrank_range_finders_takes_the_h100s_geqrf_workspace(shape):
-    # lk70_blind322_workspaces_probe's H100 events (blind322/lk01's svd_lowrank, q 16): Q, R, tau,
-    # geqrf's info and its 3,145,856-byte workspace, orgqr's info and workspace, in that order
+_LK70 = "lk70_blind322_workspaces_probe_h100.txt"
+_LP71 = "lp71_blind327_svd_lowrank_qr_workspaces_probe_h100.txt"
+
+
+@pytest.mark.parametrize(
+    "probe, shape",
+    [(_LK70, s) for s in [(1000000, 16), (64, 16), (1000000, 8), (250000, 16), (64, 8)]]
+    + [(_LP71, s) for s in [(3072, 64), (3072, 32), (3072, 128), (6144, 64), (12288, 64)]],
+)
+def test_qr_of_svd_lowrank_range_finders_takes_the_h100s_workspaces(probe, shape):
+    # the probes' H100 events (blind322/lk01's svd_lowrank, q 16; blind327/lp01's LoRA-GA
+    # svd_lowrank, q 64): Q, R, tau, geqrf's info and its 3,145,856-byte workspace, orgqr's info and
+    # workspace, in that order
     with vramscope.capture(gpu="h100") as cap:
         a = torch.empty(*shape, device="cuda")
         torch.cuda.synchronize()
         _, counts = counted(lambda: torch.linalg.qr(a))
-        gpu = probe_events("lk70_blind322_workspaces_probe_h100.txt", f"qr {shape} float32")
-        allocs = [n for action, n in gpu if action == "alloc"]
-        assert counts == (len(allocs), sum(allocs))
-    assert not cap.unmeasured
-
-
-@pytest.mark.parametrize("shape", [(3072, 64), (3072, 32), (3072, 128), (6144, 64), (12288, 64)])
-def test_qr_of_lora_ga_svd_lowrank_range_finders_takes_the_h100s_workspaces(shape):
-    # lp71_blind327_svd_lowrank_qr_workspaces_probe's H100 events (blind327/lp01's LoRA-GA svd_lowrank,
-    # q 64): Q, R, tau, geqrf's info and 3,145,856-byte workspace, orgqr's info and workspace
-    with vramscope.capture(gpu="h100") as cap:
-        a = torch.empty(*shape, device="cuda")
-        torch.cuda.synchronize()
-        _, counts = counted(lambda: torch.linalg.qr(a))
-        gpu = probe_events("lp71_blind327_svd_lowrank_qr_workspaces_probe_h100.txt", f"qr {shape} float32")
+        gpu = probe_events(probe, f"qr {shape} float32")
         allocs = [n for action, n in gpu if action == "alloc"]
         assert counts == (len(allocs), sum(allocs))
     assert not cap.unmeasured
