@@ -583,6 +583,22 @@ def test_a_gpu_parameter_moved_to_the_host_frees_its_storage_whoever_else_holds_
         assert torch.cuda.memory_allocated() == 0
 
 
+def test_a_gpu_parameter_moved_to_the_host_frees_its_storage_while_a_finished_graph_is_alive():
+    # set_data changes the Parameter's own TensorImpl, which the loss's graph holds through its
+    # AccumulateGrad node after backward, so the CUDA storage dies at `.to("cpu")` while the loss
+    # lives (blind329/lr05's H100 record: a trained model moved to the host with its last loss
+    # alive frees all its parameters)
+    with vramscope.capture():
+        lin = torch.nn.Linear(1024, 1024).cuda()
+        y = lin(torch.zeros(8, 1024, device="cuda")).sum()
+        y.backward()
+        lin.weight.grad = lin.bias.grad = None
+        before = torch.cuda.memory_allocated()
+        lin.to("cpu")
+        assert before - torch.cuda.memory_allocated() == 4198400
+        assert lin.weight.device.type == "cpu" and lin.weight.requires_grad
+
+
 def test_a_parameter_an_autograd_graph_holds_moves_to_the_gpu():
     # `torch.nn.utils.weight_norm` computes the weight from g and v at wrapping, a graph that saves
     # both until the first forward recomputes it; `.to("cuda")` then sets their data

@@ -59,6 +59,11 @@ def _set_data(cap, func, args, kwargs):
         stand_in = torch.nn.Parameter(torch.empty(0, dtype=new.dtype), requires_grad=var.requires_grad)
         _swap_tensors_unchecked(var, stand_in)
         var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
+        # set_data replaces the storage inside the variable's own TensorImpl, which an autograd
+        # graph may still hold (the last loss's AccumulateGrad, after its backward): the swapped-out
+        # simulated impl lets go of its storage, which dies unless a view holds it
+        with torch.no_grad():
+            stand_in.set_()
         del stand_in
         return func(var, new)
     if (
