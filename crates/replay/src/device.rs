@@ -2,6 +2,7 @@
 //! real GPU returned, so the twin's blocks land where the real ones did and
 //! addresses can be compared one for one.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use vramscope_alloc::{Device, TraceAction};
@@ -19,6 +20,8 @@ pub struct ScriptedDevice {
     capacity: u64,
     used: u64,
     fresh: u64,
+    /// Live `cudaMalloc`s by address: their sizes.
+    live: HashMap<u64, u64>,
 }
 
 impl ScriptedDevice {
@@ -32,6 +35,7 @@ impl ScriptedDevice {
             capacity,
             used: 0,
             fresh: 0xdead_0000_0000_0000,
+            live: HashMap::new(),
         }
     }
 
@@ -68,10 +72,16 @@ impl Device for ScriptedDevice {
             None => self.fresh(size)?,
         };
         self.used = used;
+        self.live.insert(addr, size);
         Some(addr)
     }
+    /// `cudaFree(addr)` gives back the whole allocation `addr` begins, as `SimDevice::free`
+    /// does: a split segment's first block names only its own size (the recorded
+    /// SEGMENT_FREE carries that size, which is what is matched).
     fn free(&mut self, addr: u64, size: u64) {
-        self.used -= size;
+        if let Some(whole) = self.live.remove(&addr) {
+            self.used -= whole;
+        }
         self.take(TraceAction::SegmentFree, Some(size), Some(addr));
     }
     fn reserve(&mut self, size: u64) -> Option<u64> {
@@ -102,5 +112,23 @@ impl Device for ScriptedDevice {
             self.capacity.saturating_sub(self.used).min(self.total),
             self.total,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freeing_a_first_block_gives_back_the_whole_allocation() {
+        let mut d = ScriptedDevice::new(Vec::new(), 100 << 20, 100 << 20);
+        let a = d.malloc(40 << 20).unwrap();
+        assert_eq!(d.mem_info().0, 60 << 20);
+        // the allocator releases the segment's first 20 MiB block: the driver frees all 40
+        d.free(a, 20 << 20);
+        assert_eq!(d.mem_info().0, 100 << 20);
+        // an address already freed gives nothing back (and does not underflow)
+        d.free(a, 20 << 20);
+        assert_eq!(d.mem_info().0, 100 << 20);
     }
 }
