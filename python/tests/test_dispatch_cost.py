@@ -236,3 +236,132 @@ def test_the_large_result_checks_read_the_op_s_facts_without_hashing_it(monkeypa
         assert not _capture._all_small([out], [x]) and not _capture._all_small([small], [x])
         assert _capture._all_small([small, 3], [small]) and _capture._all_small([], [])
         del out
+
+
+def test_the_meta_cache_key_reads_a_plain_tensor_s_device_without_the_cuda_property(monkeypatch):
+    # `_meta_cached`'s key holds each tensor's device type; inside the kernels a plain simulated
+    # tensor reads as meta, which the C getter says alone: the patched `Tensor.device` (its walk of
+    # `_reads_cuda`) is not asked
+    from vramscope import _tensor
+
+    with vramscope.capture():
+        x = torch.empty(4, 4, device="cuda")
+        p = torch.nn.Parameter(torch.empty(4, device="cuda"))
+        host = torch.ones(3)
+        assert _tensor.device_type(x) == "cuda"  # outside the kernels: the program's view
+        with _tensor.kernels():
+            expected = [_capture._key((x, p, host, 2))]
+
+            def walked(t):
+                raise AssertionError("the device was read through `_reads_cuda`")
+
+            monkeypatch.setattr(_tensor, "_reads_cuda", walked)
+            assert [_capture._key((x, p, host, 2))] == expected
+            monkeypatch.undo()
+        assert [k[4] for k in expected[0][:3]] == ["meta", "meta", "cpu"]
+
+
+def test_an_op_s_arguments_are_searched_for_a_generator_without_the_patched_class_s_check(monkeypatch):
+    # the capture's `torch.Generator` answers `isinstance` in Python (`_cuda._generator`'s
+    # metaclass); the function mode looks for a simulated generator among every call's arguments
+    # by the C class, which every generator is an instance of
+    with vramscope.capture():
+        meta = type(torch.Generator)
+        g = torch.Generator(device="cuda")
+        x = torch.empty(4, device="cuda")
+        monkeypatch.setattr(meta, "__instancecheck__", lambda cls, obj: _no_walk())
+        assert _capture._simulated_generator((x, 1.5), {"generator": None}) is None
+        found = _capture._simulated_generator((x,), {"generator": g})
+        monkeypatch.undo()
+        assert found is g and isinstance(g, torch.Generator)
+
+
+def test_an_op_with_no_dispatch_mode_below_reads_no_infra_mode(monkeypatch):
+    # the dispatch mode asks for a ProxyTorchDispatchMode and a FakeTensorMode below it (infra
+    # modes) only where some mode is set below it: `_len_torch_dispatch_stack` counts them too
+    asked = []
+    real = torch._C._get_dispatch_mode
+
+    def spy(key):
+        if "vramscope" in sys._getframe(1).f_code.co_filename:  # (the twin's reads, not torch's)
+            asked.append(key)
+        return real(key)
+
+    monkeypatch.setattr(torch._C, "_get_dispatch_mode", spy)
+    with vramscope.capture():
+        x = torch.ones(1024, device="cuda")
+        y = x * 2 + 1
+        assert asked == [] and torch.cuda.memory_allocated() == 8192
+        del y
+
+
+def test_an_op_outside_autocast_reads_no_device_s_autocast_setting(monkeypatch):
+    # the function mode notes at each call whether the program's CUDA autocast is on
+    # (`_autocast.PROGRAM_ON`): `is_autocast_enabled("cuda")` only where some device's is on
+    from vramscope import _autocast
+
+    asked = []
+    real = torch.is_autocast_enabled
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda *a: asked.append(a) or real(*a))
+    with vramscope.capture():
+        x = torch.ones(1024, device="cuda")
+        y = x * 2
+        assert asked == [] and _autocast.PROGRAM_ON[0] is False
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            z = y + 1
+            assert _autocast.PROGRAM_ON[0] is True and ("cuda",) in asked
+        del y, z
+
+
+def test_a_plain_op_reads_no_autograd_exclusion_and_a_dense_detach_one_layout(monkeypatch):
+    # `_dispatch` asks whether autograd's keys are excluded only for an op with a composite kernel
+    # (the kept fact first), and `_sparse._metadata` (every `detach`) reads a dense tensor's
+    # layout once, not through each sparse layout's test
+    from vramscope import _sparse
+
+    def asked(*args, **kwargs):
+        raise AssertionError("asked")
+
+    with vramscope.capture():
+        x = torch.ones(1024, device="cuda", requires_grad=True)
+        with monkeypatch.context() as m:
+            m.setattr(_capture, "_below_autograd", asked)
+            for test in ("_sparse", "_csr", "_bsr"):
+                m.setattr(_sparse, test, asked)
+            y = (x * 2).detach()
+        assert torch.cuda.memory_allocated() == 8192
+        del y
+
+
+def test_a_plain_tensor_s_meta_flag_and_registration_are_read_without_disabling_torch_functions(
+    monkeypatch,
+):
+    # `BASE_IS_META` and `registered` (several calls an op) read `TensorBase`'s C getters under
+    # `DisableTorchFunction`; for a plain tensor or a parameter with no torch-function mode set
+    # they answer the same without it. A program's mode, or a subclass, still goes through it
+    from torch.overrides import TorchFunctionMode
+    from vramscope import _tensor
+
+    entered = []
+    real = _tensor._NO_TF
+
+    def counting():
+        entered.append(1)
+        return real()
+
+    with vramscope.capture() as cap:
+        x = torch.empty(4, device="cuda")
+        p = torch.nn.Parameter(torch.empty(4, device="cuda"))
+        host = torch.ones(2)
+        # as in an op's kernels: the capture's function mode off the stack
+        with _tensor.kernels(), _capture._without_function_mode(cap._modes[0]):
+            monkeypatch.setattr(_tensor, "_NO_TF", counting)
+            got = [_tensor.BASE_IS_META(t) for t in (x, p, host)] + [
+                _tensor.registered(t) for t in (x, p, host)
+            ]
+            assert entered == []
+            with TorchFunctionMode():
+                again = [_tensor.BASE_IS_META(t) for t in (x, p, host)]
+                again += [_tensor.registered(t) for t in (x, p, host)]
+            monkeypatch.undo()
+        assert got == again == [True, True, False, True, True, False] and len(entered) == 6

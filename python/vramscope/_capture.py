@@ -64,6 +64,7 @@ from ._kernels.sort import SORT_OF_COMPLEX
 from ._opfacts import kept as _kept
 from ._pinned import PinnedHost
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
+from ._tensor import device_type as _device_type
 from ._tensor import tensors_in as _tensors
 
 #: Tensors of at most this many elements also carry their values.
@@ -766,6 +767,10 @@ INTRA_OP_WORKERS = 15
 GRAIN_SIZE = 32768
 
 
+_COPY = aten.copy_.default
+_TO_COPY = aten._to_copy.default
+
+
 def _host_converts(func, args, kwargs, out) -> tuple[int, int]:
     """A host-to-device copy over more than ATen's grain size (32,768 elements) that Copy.cu's
     `copy_kernel_cuda` stages on the host: the bytes of the CPU temporary it converts into first
@@ -774,10 +779,10 @@ def _host_converts(func, args, kwargs, out) -> tuple[int, int]:
     (the process's first parallel CPU op in a model built on the host and moved with
     `.to(device, dtype)`), and the loop's elements; else (0, 0). Other parallel CPU ops:
     `_host_parallel`."""
-    if func is aten.copy_.default:
+    if func is _COPY:
         src, dst = args[1], args[0]
         non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
-    elif func is aten._to_copy.default and isinstance(out, torch.Tensor):
+    elif func is _TO_COPY and isinstance(out, torch.Tensor):
         src, dst = args[0], out
         non_blocking = kwargs.get("non_blocking", False)
     else:
@@ -1067,11 +1072,20 @@ class _AsSubclass:
         return functools.partial(_as_subclass, obj)
 
 
+#: the C generator class, which every `torch.Generator` is an instance of (the capture's own class
+#: too: `_cuda._generator`'s metaclass answers `isinstance` so, in Python at each call)
+_C_GENERATOR = torch._C.Generator
+
+
 def _simulated_generator(args, kwargs):
     """A `torch.Generator(device="cuda")` passed to a call (`_cuda._generator`), else None."""
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Generator) and getattr(a, "_philox", None) is not None:
+    for a in args:
+        if isinstance(a, _C_GENERATOR) and getattr(a, "_philox", None) is not None:
             return a
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, _C_GENERATOR) and getattr(a, "_philox", None) is not None:
+                return a
     return None
 
 
@@ -1183,6 +1197,10 @@ _NDARRAY_OPERATORS = {
 }
 
 
+#: whether autocast is on for any device (`is_autocast_enabled` of one device parses its name)
+_ANY_AUTOCAST = torch._C._is_any_autocast_enabled
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -1218,7 +1236,8 @@ class _FunctionMode(TorchFunctionMode):
 
     def _function(self, func, types, args, kwargs):
         kwargs = kwargs or {}
-        _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
+        # (the device's setting read only where some device's autocast is on)
+        _autocast.PROGRAM_ON[0] = _ANY_AUTOCAST() and torch.is_autocast_enabled("cuda")
         gen = _simulated_generator(args, kwargs)
         cap = self.cap
         # the Nodes' streams, from the first made on a stream other than the default one
@@ -1500,7 +1519,9 @@ class _DispatchMode(TorchDispatchMode):
             # without a mode, as on the GPU, the op runs on the constants
             with torch._C._DisableTorchDispatch():
                 return func(*rewrapped, **(kwargs or {}))
-        proxy = torch._C._get_dispatch_mode(_PROXY_KEY)
+        # (no mode below this one, the common case: neither infra mode is set)
+        below = _dispatch_modes_below() != 0
+        proxy = torch._C._get_dispatch_mode(_PROXY_KEY) if below else None
         if proxy is not None:
             # the program's own make_fx (torch.func.linearize traces its JVP so): its mode is an
             # infra mode, below this one, so it would record the twin's own meta ops. On the GPU it
@@ -1519,7 +1540,7 @@ class _DispatchMode(TorchDispatchMode):
                     # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
                     # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
                     return NotImplemented
-            if torch._C._get_dispatch_mode(_FAKE_KEY) is not None:
+            if below and torch._C._get_dispatch_mode(_FAKE_KEY) is not None:
                 # a FakeTensorMode below the program's modes (an infra mode: flex_attention's
                 # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
                 # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
@@ -1774,6 +1795,9 @@ _FakeTensor = torch._subclasses.fake_tensor.FakeTensor
 #: FakeTensorMode's `__torch_dispatch__` below its wrappers (`count`, `_disable_dynamo`)
 _FAKE_DISPATCH = inspect.unwrap(torch._subclasses.fake_tensor.FakeTensorMode.__torch_dispatch__).__code__
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
+#: the dispatch modes set on this thread, the infra modes (`_FAKE_KEY`, `_PROXY_KEY`) among them
+#: (`TorchDispatchModeTLS::stack_len`); inside a mode's call, without that mode
+_dispatch_modes_below = torch._C._len_torch_dispatch_stack
 _PROXY_KEY = torch._C._TorchDispatchModeKey.PROXY
 
 
@@ -1839,7 +1863,7 @@ def _key(x):
             # sizes raise when read, so the op runs uncached
             raise TypeError("uninitialized parameter")
         # a ZeroTensor (forward AD's `_efficientzerotensor`) dispatches otherwise than a dense tensor
-        return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type, x._is_zerotensor())
+        return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), _device_type(x), x._is_zerotensor())
     if isinstance(x, (list, tuple)):
         return tuple([_key(y) for y in x])
     if isinstance(x, dict):
@@ -2297,6 +2321,22 @@ def _scalar_division(func, args, kwargs):
     return (a.to(op) * inv).to(a.dtype)
 
 
+def _any_values(tensors) -> bool:
+    """Whether any of `tensors` carries values (`run`'s test, in a loop: no generator at each op)."""
+    for a in tensors:
+        if value(a) is not None:
+            return True
+    return False
+
+
+def _any_empty(outs) -> bool:
+    """Whether any of an op's results is an empty tensor (in a loop, as `_any_values`)."""
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.numel() == 0:
+            return True
+    return False
+
+
 def _all_small(outs, ours) -> bool:
     """Whether an op's results are of at most `VALUE_LIMIT` elements, and its simulated operands
     too or carrying values: `run`'s test, in loops (no generator at each op)."""
@@ -2318,7 +2358,12 @@ def _values_at_any_size(func, outs, ours) -> bool:
     they know (index arithmetic: blind89/ck06 builds a grid's neighbours from `arange` by `//`,
     `%`, comparisons and `&`, and its masks decide the sparse matrix's entries)."""
     if func.is_view:
-        return bool(ours) and all(value(a) is not None for a in ours)
+        if not ours:
+            return False
+        for a in ours:
+            if value(a) is None:
+                return False
+        return True
     try:
         uniform = func._vramscope_uniform_draw
     except AttributeError:
@@ -3386,18 +3431,19 @@ class Capture:
         """The stream id the allocator keys the current allocation by: a capture's private pool
         where the current stream allocates to one, else the innermost `use_mem_pool` pool where
         the program's thread allocates (its filter is the thread), else the stream itself."""
-        private = self.pool_streams.get(self.stream)
+        current = self.stream  # (a property: read once)
+        private = self.pool_streams.get(current)
         if private is not None:
             return private
-        origin = self.joined_captures.get(self.stream)
+        origin = self.joined_captures.get(current)
         if origin is not None:
             # a stream joined into the capture (it waited on the capture's work) allocates from the
             # graph's pool too, its blocks its own: the filter `beginAllocateToPool` gets is the
             # capture's id (`cudaStreamGetCaptureInfo`, CUDAGraph.cpp), the block keeps its stream
-            return self.capture_graphs[origin].joined_private(self.stream)
+            return self.capture_graphs[origin].joined_private(current)
         if self.thread_pools and self.thread() == "main":
-            return self.thread_pools[-1].private_stream(self.stream)
-        return self.stream
+            return self.thread_pools[-1].private_stream(current)
+        return current
 
     def malloc(self, nbytes: int, op: str, category: str = "output") -> Storage:
         """Scratch of `nbytes` for `op`, freed when the returned object dies."""
@@ -3911,9 +3957,12 @@ class Capture:
         if (
             torch.is_inference_mode_enabled()
             or (
+                # (the kept composite fact first: the dispatcher's exclusion is read only for a
+                # composite, or in a dense path)
                 is_aten
+                and (_IN_DENSE[0] or _has_composite(func))
                 and _below_autograd()
-                and (_IN_DENSE[0] or (_has_composite(func) and _plain_below_autograd(func, args, kwargs)))
+                and (_IN_DENSE[0] or _plain_below_autograd(func, args, kwargs))
             )
             or (is_aten and _has_composite(func) and _inference_tensors_only(args, kwargs))
         ) and (
@@ -3939,8 +3988,9 @@ class Capture:
         elif torch.is_inference_mode_enabled():
             _NOT_COMPOSITE.add(func)
         ours = registered_in((args, kwargs))
-        if any(a.layout in _sparse.LAYOUTS for a in ours):
-            return _sparse.fallback(self, func, args, kwargs)
+        for a in ours:
+            if a.layout in _sparse.LAYOUTS:
+                return _sparse.fallback(self, func, args, kwargs)
         factory = False
         pinned = bool(kwargs.get("pin_memory"))
         if (
@@ -4019,9 +4069,7 @@ class Capture:
         elif small and not no_values:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
         elif not small and ours and not no_values:
-            if any(value(a) is not None for a in ours) or any(
-                isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs
-            ):
+            if _any_values(ours) or _any_empty(outs):
                 vals = (
                     self.broadcast_values(func, args, kwargs, outs, ours)
                     or self.dense_values(func, args, kwargs, outs, ours)

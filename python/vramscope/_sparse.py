@@ -230,11 +230,16 @@ OPS[aten.sparse_compressed_tensor.comp_plain_value_size] = _construct_compressed
 OPS[aten._sparse_compressed_tensor_unsafe.default] = _construct_compressed
 
 
+#: the layouts whose metadata and aliases `_metadata` makes: COO, CSR and BSR
+_METADATA_LAYOUTS = (_COO, _CSR, _BSR)
+
+
 def _metadata(cap, func, args, kwargs):
     """Metadata and aliases of a sparse tensor (`_indices`, `_values`, `_nnz`, `detach`, ...; a
     CSR tensor's `crow_indices`, `col_indices`, `values`, ...)."""
     t = args[0] if args else None
-    if not ((_sparse(t) or _csr(t) or _bsr(t)) and registered(t)):
+    # (one layout read: `detach` of every dense tensor comes here)
+    if not (isinstance(t, torch.Tensor) and t.layout in _METADATA_LAYOUTS and registered(t)):
         return NotImplemented
     with _NO_DISPATCH():
         out = func(*args, **kwargs)

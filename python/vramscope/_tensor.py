@@ -34,6 +34,13 @@ _CSR = torch.sparse_csr
 _CSC = torch.sparse_csc
 _COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 _NO_DISPATCH = torch._C._DisableTorchDispatch
+#: the torch-function modes set on this thread
+_TF_MODES = torch._C._len_torch_function_stack
+#: the tensor classes with nothing of their own over `TensorBase`'s C getters and methods: a plain
+#: tensor, a parameter (its `__torch_function__` is torch's disabled one); the wrapper subclasses
+#: and fake tensors that `_reads_cuda` asks after are neither. With no torch-function mode set, a C
+#: getter of theirs answers as under `_NO_TF` (`check_has_torch_function` is false for them)
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 _DENSE = torch.ops.aten.is_non_overlapping_and_dense.default
@@ -54,6 +61,8 @@ def non_overlapping_and_dense(t) -> bool:
 def BASE_IS_META(t) -> bool:
     """Whether a tensor is a meta tensor, whatever the patches say (the C
     getters route through torch-function modes, ours included)."""
+    if type(t) in _PLAIN_TYPES and not _TF_MODES():
+        return _IS_META(t)  # (as under `_NO_TF`, without entering it: `_PLAIN_TYPES`)
     with _NO_TF():
         return _IS_META(t)
 
@@ -103,6 +112,15 @@ def registered(t) -> bool:
     """Whether `t` is a simulated CUDA tensor of the active capture."""
     if _registry is None or not isinstance(t, torch.Tensor):
         return False
+    if type(t) in _PLAIN_TYPES and not _TF_MODES():
+        # (as under `_NO_TF`, without entering it: `_PLAIN_TYPES`); a sparse tensor or a functorch
+        # wrapper, which has no storage, is decided below
+        if not _IS_META(t):
+            return False
+        try:
+            return t.untyped_storage()._cdata in _registry
+        except NotImplementedError:
+            pass
     with _NO_TF():
         if not _IS_META(t):
             return False
@@ -389,6 +407,16 @@ def _device(self):
         return _DEVICE(self)
 
 
+def device_type(t) -> str:
+    """`t.device.type`; inside the kernels on this thread a plain tensor's read by the C getter
+    alone, as `_device` reads it there (`_reads_cuda` is false for it: `is_ours` and `wraps_ours`
+    are false inside the kernels), without its Python."""
+    if type(t) in _PLAIN_TYPES and _in_kernel[0] and _kernel_here():
+        with _NO_TF():
+            return _DEVICE(t).type
+    return t.device.type
+
+
 def _is_cuda(self):
     if _reads_cuda(self):
         return True
@@ -495,7 +523,8 @@ def registered_in(tree) -> list:
         return []
     found = []
     with _NO_TF():
-        _registered_among((tree,), registry, found)
+        # (a tuple's items walked at once: an op's `(args, kwargs)`)
+        _registered_among(tree if type(tree) is tuple else (tree,), registry, found)
     return found
 
 
