@@ -635,7 +635,12 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     # training and 1,024 in inference; RNN_TANH/RELU 400 in training, 800 in inference)
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 4096, 32768, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 4097, 32776, False) is None
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, True) is None
+    # (packed training past 400 steps: the reserve alone, rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl's 16)
+    f = _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, True)
+    reserve = _rnn._uni_reserve(lstm, 4, 512, 1, 0.0, 8, 401, 3208)
+    assert f == {"workspace": None, "reserve": reserve, "backward_workspace": None}
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.2, True, 8, 401, 3208, True) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 1025, 8200, True) is None
     assert _rnn._fitted(tanh, f32, 256, 512, 0, 2, False, 0.2, True, 8, 401, 3208, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 1025, 8200, True) is None
@@ -1177,7 +1182,7 @@ def test_the_wavefront_steps_agree_with_the_sweeps_multi_layer_training():
 @pytest.mark.parametrize(
     ("name", "counts"),
     [
-        ("rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl", (5204, 60)),
+        ("rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl", (5220, 44)),
         ("rn71_rnn_wavefront_chunk_probe_gaps_h100.jsonl", (720, 0)),
     ],
 )
@@ -1189,8 +1194,8 @@ def test_the_wavefront_chunk_probes_take_the_fitted_sizes(name, counts):
     # packed unidirectional ones to 1,024 steps and 9 unpacked ones over 3,000 and 4,096 (to
     # `_UNPACKED_LONGEST`). `gaps`: the same GRU at batch 9, 17-19, 97-104, 1,536-4,096 x 48 to 128
     # steps (121-127 among them) x 2 and 3 layers. Every figure the twin gives is the GPU's; it leaves
-    # out the one-layer bidirectional GRUs (outside `_fitted`) and packed training past 400 steps (8 of
-    # the 16 exceed the linear form there)
+    # out the one-layer bidirectional GRUs (outside `_fitted`) and packed training workspaces past 400
+    # steps (8 of the 16 exceed the linear form there; their reserves are the form's)
     import json
 
     from conftest import FIXTURES
