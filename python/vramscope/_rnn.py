@@ -508,6 +508,13 @@ def _persist_infer(es, input_size, hidden, layers, batch, tokens) -> int:
     return c0 + -(-8 * batch // 32) * 32 + es * (batch * layers * 8 * h + tokens * (21 * h + i))
 
 
+#: the most steps of an unpacked unidirectional LSTM or GRU `_fitted_uni` answers: the H100 probes measured
+#: every figure exact to 4,096 (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl to 2,048;
+#: fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl's 9 "longer" problems: a float32 GRU of
+#: 512 over 1,024 inputs at 4 x 3,000, LSTMs and GRUs of 512 over 256 at 16 x 4,096, 1 and 2 layers)
+_UNPACKED_LONGEST = 4096
+
+
 def _fitted_persist_static(input_size, hidden, layers, train, batch, seq, tokens, es):
     """A float16 one-layer unpacked LSTM that RNN.cpp's `use_persist_common_heuristics` and
     `use_persist_device_heuristics` send to CUDNN_RNN_ALGO_PERSIST_STATIC (`_persistent`), forward and
@@ -516,11 +523,12 @@ def _fitted_persist_static(input_size, hidden, layers, train, batch, seq, tokens
     (fixtures/run/rnn_sweep_uni_h200.jsonl.xz, `algo_fwd` 1: 256 inputs, hidden 512, batch 8 to 128,
     1 to 200 steps; inference exact in all) and the H100 probe's 9
     (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl: 512 inputs, hidden 256, 512 and
-    1,024, batch 64, 512 to 2,048 steps; every figure exact). Domain (None outside it): at most 2,048
-    steps; in training at least 224 tokens (B * S: at 128 tokens or fewer, batch 8 of 2 and 7 steps,
-    32 of 1 and 2, 64 of 2, the sweep's training workspace exceeds the form by 1.2 to 2.3 MB, which
-    this leaves out)."""
-    if seq > 2048 or (train and tokens < 224):
+    1,024, batch 64, 512 to 2,048 steps; fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl:
+    256 inputs, hidden 512, batch 16 over 4,096 steps; every figure exact). Domain (None outside it):
+    at most `_UNPACKED_LONGEST` steps; in training at least 224 tokens (B * S: at 128 tokens or fewer,
+    batch 8 of 2 and 7 steps, 32 of 1 and 2, 64 of 2, the sweep's training workspace exceeds the form by
+    1.2 to 2.3 MB, which this leaves out)."""
+    if seq > _UNPACKED_LONGEST or (train and tokens < 224):
         return None
     infer = _persist_infer(es, input_size, hidden, layers, batch, tokens)
     if not train:
@@ -628,10 +636,11 @@ def _fitted_uni(
 
     Domain (None outside it): RNN_TANH/RELU at most 400 steps in training, 800 in inference
     (fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at most 400 in training, 1,024
-    in inference, unpacked at most 2,048 (fixtures/run/probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl,
-    fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl; packed training past 400 steps exceeds
-    these forms); dropout only with 2 or more layers; unpacked: the standard algorithm (`_persistent`;
-    float16 one-layer LSTMs it sends to CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`);
+    in inference, unpacked at most `_UNPACKED_LONGEST` (fixtures/run/probes/
+    lead70_rnn_long_seq_sweep_probe_h100.jsonl and rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl; packed
+    training past 400 steps exceeds these forms: without dropout its reserve alone, the workspace None);
+    dropout only with 2 or more layers; unpacked: the standard algorithm (`_persistent`; float16 one-layer
+    LSTMs it sends to CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`);
     training: packed LSTM/GRU with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h
     and one layer or dropout; unpacked with more layers where `_wavefront_steps` knows k, or f with k = S
     is at most a. Elsewhere the training workspace depends on a cuDNN heuristic the sweeps do not resolve.
@@ -640,12 +649,20 @@ def _fitted_uni(
     Unpacked LSTMs of hidden <= 192 run CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward: `_fitted_small_h`;
     `standard` asks for the standard algorithm's sizes whatever the heuristics pick (that backward)."""
     es = _ELEMENT_BYTES[dtype]
-    if mode in (MODES["lstm"], MODES["gru"]):
-        longest = 400 if packed and train else 1024 if packed else 2048
+    lstm_gru = mode in (MODES["lstm"], MODES["gru"])
+    if lstm_gru:
+        longest = 1024 if packed else _UNPACKED_LONGEST
     else:
         longest = 400 if train else 800
     if seq > longest or (dropout > 0 and layers < 2):
         return None
+    if lstm_gru and packed and train and seq > 400:
+        # past 400 packed steps the training workspace exceeds these forms (unmeasured) while the reserve
+        # keeps its form: fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl's 16 (no dropout)
+        if dropout > 0:
+            return None
+        reserve = _uni_reserve(mode, es, hidden, layers, dropout, batch, seq, tokens)
+        return {"workspace": None, "reserve": reserve, "backward_workspace": None}
     if not packed and mode == MODES["lstm"] and hidden <= 192 and not standard:
         return _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, tokens, es, dtype)
     if not packed and not standard and _persistent(mode, dtype, input_size, hidden, layers, batch):
@@ -693,12 +710,13 @@ def _fitted_uni(
     }
 
 
-#: cuDNN's wavefront chunk c (steps) of unpacked multi-layer training by batch, over at most 120 steps:
-#: (first batch, last batch, c), from 128 steps max(c, 8); batches between two rows are unmeasured.
-#: GPU measurements: validation/run/probes/rn71_rnn_wavefront_chunk_probe.py
-#: (fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl: a float16 GRU, batch 1 to 1,024 x 8 to
-#: 2,048 steps x 2 to 4 layers, c the same for every layer count) and the sweeps' 105 x 30 (c = 2)
-_WAVEFRONT_CHUNKS = ((1, 1, 32), (2, 8, 16), (10, 16, 8), (20, 96, 4), (105, 1024, 2))
+#: cuDNN's wavefront chunk c (steps) of unpacked multi-layer training by batch, below 128 steps:
+#: (first batch, last batch, c), from 128 steps max(c, 8); batches past the last row are unmeasured.
+#: GPU measurements: validation/run/probes/rn71_rnn_wavefront_chunk_probe.py, a float16 GRU, c the same
+#: for every layer count (fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100.jsonl: batch 1 to
+#: 1,024 x 8 to 2,048 steps x 2 to 4 layers; rn71_rnn_wavefront_chunk_probe_gaps_h100.jsonl: batch 9,
+#: 17-19, 97-104 and 1,536-4,096 x 48 to 128 steps, 121 to 127 among them, x 2 and 3 layers)
+_WAVEFRONT_CHUNKS = ((1, 1, 32), (2, 8, 16), (9, 16, 8), (17, 96, 4), (97, 4096, 2))
 
 
 def _wavefront_steps(batch, seq, layers):
@@ -708,24 +726,15 @@ def _wavefront_steps(batch, seq, layers):
     GRU and RNN training workspace measured (the H200 sweeps, fixtures/run/rnn_sweep_uni_h200.jsonl.xz
     and rnn_sweep_h200.jsonl.xz: 2 to 4 layers, any h, i, dtype, with and without dropout; the H100
     probes past 400 steps, probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl and
-    validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out; the chunk probe's 1,275)
-    is max(a, f) with this k. None where the measured chunks leave k open: a batch between two rows
-    (with its neighbours' chunks giving different k), 121 to 127 steps, a batch over 1,024 (except at
-    most 7 steps: k = S whatever c)."""
+    validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out; the chunk probes' 1,455)
+    is max(a, f) with this k. None past the last row's batch (except at most 7 steps: k = S whatever c)."""
     if layers == 1 or seq <= 7:
         return seq
-    chunks = set()
-    for i, (lo, hi, c) in enumerate(_WAVEFRONT_CHUNKS):
+    for lo, hi, c in _WAVEFRONT_CHUNKS:
         if lo <= batch <= hi:
-            chunks = {c}
-        elif i and _WAVEFRONT_CHUNKS[i - 1][1] < batch < lo:
-            chunks = {_WAVEFRONT_CHUNKS[i - 1][2], c}
-    if seq >= 128:
-        chunks = {max(c, 8) for c in chunks}
-    elif seq > 120:
-        chunks |= {max(c, 8) for c in chunks}
-    steps = {min(seq, c * layers + max(c, 8)) for c in chunks}
-    return steps.pop() if len(steps) == 1 else None
+            c = c if seq < 128 else max(c, 8)
+            return min(seq, c * layers + max(c, 8))
+    return None
 
 
 def _uni_reserve(mode, es, hidden, layers, dropout, batch, seq, tokens) -> int:
