@@ -113,32 +113,30 @@ def registered(t) -> bool:
     if _registry is None or not isinstance(t, torch.Tensor):
         return False
     if type(t) in _PLAIN_TYPES and not _TF_MODES():
-        # (as under `_NO_TF`, without entering it: `_PLAIN_TYPES`); a sparse tensor or a functorch
-        # wrapper, which has no storage, is decided below
-        if not _IS_META(t):
-            return False
-        try:
-            return t.untyped_storage()._cdata in _registry
-        except NotImplementedError:
-            pass
+        return _registered(t)  # (as under `_NO_TF`, without entering it: `_PLAIN_TYPES`)
     with _NO_TF():
-        if not _IS_META(t):
-            return False
-        try:
-            return t.untyped_storage()._cdata in _registry
-        except NotImplementedError:
-            if t.layout is _COO:
-                # a sparse COO tensor (`_sparse`): simulated where its values are
-                with _NO_DISPATCH():
-                    return t._values().untyped_storage()._cdata in _registry
-            if t.layout in _COMPRESSED:
-                # a sparse CSR tensor or its transpose, a CSC one, or their blocked kin, BSR and
-                # BSC (`_sparse`): likewise
-                with _NO_DISPATCH():
-                    return t.values().untyped_storage()._cdata in _registry
-            # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
-            # tensor it wraps reach the capture unwrapped
-            return False
+        return _registered(t)
+
+
+def _registered(t) -> bool:
+    """`registered` of a tensor whose C getters answer as under `_NO_TF`."""
+    if not _IS_META(t):
+        return False
+    try:
+        return t.untyped_storage()._cdata in _registry
+    except NotImplementedError:
+        if t.layout is _COO:
+            # a sparse COO tensor (`_sparse`): simulated where its values are
+            with _NO_DISPATCH():
+                return t._values().untyped_storage()._cdata in _registry
+        if t.layout in _COMPRESSED:
+            # a sparse CSR tensor or its transpose, a CSC one, or their blocked kin, BSR and
+            # BSC (`_sparse`): likewise
+            with _NO_DISPATCH():
+                return t.values().untyped_storage()._cdata in _registry
+        # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
+        # tensor it wraps reach the capture unwrapped
+        return False
 
 
 def is_ours(t) -> bool:
