@@ -483,7 +483,7 @@ def test_blind312_samplernn_two_layer_gru_problems_are_measured():
         p = _rnn._problems()[("gru", "float16", 1024, 1024, 0, 2, False, 64, seq, None, True)]
         assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (ws, fitted["reserve"], ws)
         assert p["workspace"] - infer["workspace"] == (1 if seq == 64 else 1.5) * 2 * 1024 * 1024
-    # its evaluation at 1,024 steps: the inference form (to 2,048 steps unpacked)
+    # its evaluation at 1,024 steps: the inference form (to `_UNPACKED_LONGEST` steps unpacked)
     f = _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False)
     p = _rnn._problems()[("gru", "float32", 1024, 1024, 0, 2, False, 32, 1024, None, False)]
     assert p["workspace"] == f["workspace"] == 437518848
