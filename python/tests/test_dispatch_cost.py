@@ -3,6 +3,7 @@ docs/run.md's "Speed" measured it (each names the work it keeps off the common p
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -12,6 +13,13 @@ import vramscope
 from vramscope import _capture
 
 aten = torch.ops.aten
+#: the twin's own Python files (a checkout named vramscope holds torch's too where its venv lies inside)
+_PACKAGE = os.path.dirname(vramscope.__file__) + os.sep
+
+
+def _called_by_the_twin() -> bool:
+    """Whether the caller of the function calling this is the twin's code, not torch's."""
+    return sys._getframe(2).f_code.co_filename.startswith(_PACKAGE)
 
 
 def _no_walk(*args, **kwargs):
@@ -88,7 +96,7 @@ def test_an_op_s_tags_are_read_once(monkeypatch):
     real = torch._ops.OpOverload.tags
 
     def tags(op):
-        if "vramscope" in sys._getframe(1).f_code.co_filename:
+        if _called_by_the_twin():
             reads.append(op)
         return real.fget(op)
 
@@ -166,7 +174,7 @@ def test_an_op_reads_the_deterministic_setting_without_torch_s_python_wrappers(m
     # are Python functions returning `torch._C`'s getters (torch/__init__.py); the twin reads the
     # setting at each op (`dispatch`'s alert, `_meta_cached`'s key): through the getters themselves
     def wrapper():
-        if "vramscope" in sys._getframe(1).f_code.co_filename:
+        if _called_by_the_twin():
             raise AssertionError("the op read the setting through torch's wrapper")
         return torch._C._get_deterministic_algorithms()
 
@@ -283,7 +291,7 @@ def test_an_op_with_no_dispatch_mode_below_reads_no_infra_mode(monkeypatch):
     real = torch._C._get_dispatch_mode
 
     def spy(key):
-        if "vramscope" in sys._getframe(1).f_code.co_filename:  # (the twin's reads, not torch's)
+        if _called_by_the_twin():
             asked.append(key)
         return real(key)
 
