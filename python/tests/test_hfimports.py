@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
+import importlib.util
 import os
+import sys
 
 import pytest
 from conftest import run_script
@@ -111,3 +114,81 @@ def test_vramscope_run_serves_transformers_from_the_cache(tmp_script, tmp_path):
     assert status == 0, err
     assert lines == ["SourceFileLoader LlamaConfig"]
     assert len(os.listdir(cache / "vramscope" / "transformers")) >= 2
+
+
+def _heavy_library(root, name: str) -> None:
+    """A package `name` whose `metrics` module counts its imports in `os.environ`."""
+    pkg = root / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "metrics.py").write_text(
+        "import os\n"
+        f"os.environ['{name.upper()}_IMPORTS'] = str(int(os.environ.get('{name.upper()}_IMPORTS', 0)) + 1)\n"
+        "def roc_curve(*args):\n"
+        "    return ('roc', args)\n"
+        "def other():\n"
+        "    return 'other'\n"
+    )
+
+
+def test_a_deferred_name_imports_its_library_at_the_first_call(tmp_path, monkeypatch):
+    from vramscope import _importhook
+
+    _heavy_library(tmp_path, "heavylib_sp")
+    (tmp_path / "importer_sp.py").write_text(
+        "import json\n"
+        "from heavylib_sp.metrics import roc_curve\n"
+        "def use(*args):\n"
+        "    return roc_curve(*args)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("importer_sp", "heavylib_sp", "heavylib_sp.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delenv("HEAVYLIB_SP_IMPORTS", raising=False)
+    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer_sp": ("heavylib_sp.metrics", ("roc_curve",))})
+    _importhook.around_import("importer_sp", _hfimports._defer)
+    real_import = builtins.__import__
+    import importer_sp
+
+    assert builtins.__import__ is real_import
+    assert "heavylib_sp.metrics" not in sys.modules
+    assert importer_sp.json is sys.modules["json"]  # any other import is the import's own
+    assert importer_sp.use(1, 2) == ("roc", (1, 2))
+    import heavylib_sp.metrics
+
+    assert importer_sp.roc_curve is heavylib_sp.metrics.roc_curve
+    assert importer_sp.use(3) == ("roc", (3,))
+    assert os.environ["HEAVYLIB_SP_IMPORTS"] == "1"
+
+
+def test_a_library_imported_already_or_other_names_are_not_deferred(tmp_path, monkeypatch):
+    from vramscope import _importhook
+
+    _heavy_library(tmp_path, "heavylib2_sp")
+    (tmp_path / "importer2_sp.py").write_text("from heavylib2_sp.metrics import roc_curve, other\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("importer2_sp", "heavylib2_sp", "heavylib2_sp.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer2_sp": ("heavylib2_sp.metrics", ("roc_curve",))})
+    _importhook.around_import("importer2_sp", _hfimports._defer)
+    import importer2_sp  # `other` is not DEFERRED's: the statement imports the library
+
+    assert importer2_sp.roc_curve is sys.modules["heavylib2_sp.metrics"].roc_curve
+
+
+def test_vramscope_run_defers_sklearn_in_transformers(tmp_script, tmp_path):
+    # transformers' generation/candidate_generator.py: `if is_sklearn_available(): from
+    # sklearn.metrics import roc_curve`, run by every model class's import
+    pytest.importorskip("transformers")
+    if importlib.util.find_spec("sklearn") is None:
+        _heavy_library(tmp_path, "sklearn")
+    script = tmp_script(
+        "import os, sys\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "import transformers.generation.candidate_generator as cg\n"
+        "print('sklearn.metrics' in sys.modules, cg.roc_curve.__name__)\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    status, lines, _report, err = run_script(script, env={"PYTHONPATH": path})
+    assert status == 0, err
+    assert lines == ["False roc_curve"]

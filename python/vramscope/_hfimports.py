@@ -1,4 +1,5 @@
-"""A disk cache for transformers' import structure, for `vramscope run`.
+"""Two savings in transformers' imports, for `vramscope run`: a disk cache for its import
+structure, and its optional libraries imported at their first use (`DEFERRED`).
 
 `import transformers` and its first model class each call
 `transformers.utils.import_utils.define_import_structure` on the `models` folder, which reads
@@ -18,12 +19,15 @@ falls back to transformers' own computation.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import hashlib
+import importlib
 import marshal
 import os
 import sys
 import time
+import types
 
 from . import _importhook
 
@@ -144,13 +148,85 @@ def _patch_quietly(module) -> None:
         pass
 
 
+#: transformers' modules that import an optional library at their top only for functions that
+#: call it (`if is_sklearn_available(): from sklearn.metrics import roc_curve`,
+#: generation/candidate_generator.py; `from scipy.optimize import linear_sum_assignment`, the
+#: detection losses): the module -> (the library's module, the names it takes). Every model
+#: class imports them (`modeling_utils` imports `generation.utils` and `loss.loss_utils`), so a
+#: machine with scikit-learn installed pays for `sklearn.metrics` (scipy, pandas, joblib) in
+#: every script that uses a model: 2.0-2.3 s of CPU on one core of the dev machine, beside
+#: 3.0-3.4 s for torch, torch._dynamo and transformers themselves.
+DEFERRED = {
+    "transformers.generation.candidate_generator": ("sklearn.metrics", ("roc_curve",)),
+    **{
+        f"transformers.loss.loss_{loss}": ("scipy.optimize", ("linear_sum_assignment",))
+        for loss in (
+            "for_object_detection",
+            "deformable_detr",
+            "grounding_dino",
+            "lw_detr",
+            "rf_detr",
+            "rt_detr",
+        )
+    },
+}
+
+
+def _deferred(library: str, name: str, namespace: dict):
+    """A function standing for `library.name` in the module namespace `namespace` until its first
+    call, which imports `library`, puts the function itself in its place there and calls it."""
+
+    def deferred(*args, **kwargs):
+        fn = getattr(importlib.import_module(library), name)
+        if namespace.get(name) is deferred:
+            namespace[name] = fn
+        return fn(*args, **kwargs)
+
+    deferred.__name__ = deferred.__qualname__ = name
+    deferred.__module__ = library
+    return deferred
+
+
+def _defer(module, run) -> None:
+    """Run `module`'s code (`run()`) with its `from LIBRARY import NAMES` (`DEFERRED`'s) binding
+    stand-ins (`_deferred`) for the names, where LIBRARY is not imported yet: the library is
+    imported at the first call of one of them, if ever. Any other import is the import's own."""
+    library, names = DEFERRED[module.__name__]
+    namespace = module.__dict__
+    real = builtins.__import__
+
+    def import_(name, globals=None, locals=None, fromlist=(), level=0):
+        if (
+            name == library
+            and globals is namespace
+            and level == 0
+            and fromlist
+            and all(n in names for n in fromlist)
+            and name not in sys.modules
+        ):
+            return types.SimpleNamespace(**{n: _deferred(library, n, namespace) for n in fromlist})
+        return real(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = import_
+    try:
+        run()
+    finally:
+        if builtins.__import__ is import_:
+            builtins.__import__ = real
+
+
 def install() -> None:
-    """Cache the import structure of the transformers that this process imports from now on
-    (nothing where it is imported already)."""
+    """Cache the import structure of the transformers that this process imports from now on, and
+    defer its optional libraries (`DEFERRED`; nothing for a module imported already)."""
     if _MODULE not in sys.modules:
         _importhook.after_import(_MODULE, _patch_quietly)
+    for module in DEFERRED:
+        if module not in sys.modules:
+            _importhook.around_import(module, _defer)
 
 
 def remove() -> None:
     """Undo `install` where transformers was not imported since."""
     _importhook.cancel(_MODULE, _patch_quietly)
+    for module in DEFERRED:
+        _importhook.cancel(module, _defer)
