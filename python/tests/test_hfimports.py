@@ -192,3 +192,12 @@ def test_vramscope_run_defers_sklearn_in_transformers(tmp_script, tmp_path):
     status, lines, _report, err = run_script(script, env={"PYTHONPATH": path})
     assert status == 0, err
     assert lines == ["False roc_curve"]
+
+
+def test_vramscope_run_leaves_no_deferral_hooks_behind(tmp_path):
+    from vramscope import _importhook, _run
+
+    script = tmp_path / "script.py"
+    script.write_text("pass\n")
+    assert _run.main(["--nproc", "0", str(script)]) == 2  # returns before the script runs
+    assert not set(_hfimports.DEFERRED) & set(_importhook._AROUND)

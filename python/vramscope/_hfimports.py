@@ -153,9 +153,10 @@ def _patch_quietly(module) -> None:
 #: generation/candidate_generator.py; `from scipy.optimize import linear_sum_assignment`, the
 #: detection losses): the module -> (the library's module, the names it takes). Every model
 #: class imports them (`modeling_utils` imports `generation.utils` and `loss.loss_utils`), so a
-#: machine with scikit-learn installed pays for `sklearn.metrics` (scipy, pandas, joblib) in
-#: every script that uses a model: 2.0-2.3 s of CPU on one core of the dev machine, beside
-#: 3.0-3.4 s for torch, torch._dynamo and transformers themselves.
+#: machine with scikit-learn installed (the GPU machine) pays for `sklearn.metrics` (scipy,
+#: pandas, joblib) in every script that uses a model: 0.9 to 1.4 s of CPU in a `vramscope run` of
+#: benches/llama8b_train_step.py on one core of the dev machine, 1.8 s in a plain run of its
+#: imports (`-X importtime`; docs/performance.md, session 73).
 DEFERRED = {
     "transformers.generation.candidate_generator": ("sklearn.metrics", ("roc_curve",)),
     **{
