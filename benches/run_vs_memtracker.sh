@@ -30,6 +30,10 @@ fi
 echo "optional libraries the script's imports load (-X importtime, cumulative us):"
 taskset -c 0 "$PY" -X importtime -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' 2>&1 >/dev/null \
     | awk -F'|' '$3 ~ /^ *(sklearn|sklearn\.metrics|scipy|scipy\.optimize|pandas|torchaudio|torchvision|accelerate|peft|PIL|jinja2)$/ {gsub(/ /, "", $3); gsub(/ /, "", $2); print "  " $3 " " $2}'
+# what `import transformers` spends reading every installed distribution's files
+# (`importlib.metadata.packages_distributions()`, transformers/utils/import_utils.py's
+# PACKAGE_DISTRIBUTION_MAPPING): the baseline pays it too, and it grows with the packages installed
+echo "packages_distributions: $(taskset -c 0 "$PY" -c 'import time, importlib.metadata as m; t = time.perf_counter(); n = len(m.packages_distributions()); print(f"{time.perf_counter() - t:.3f} s, {n} names")' 2>&1)"
 # `vramscope run`'s one call into the CUDA runtime (`_hide_real_gpus`: cudaGetDeviceCount with
 # CUDA_VISIBLE_DEVICES="", which loads the driver and runs cuInit where there is one)
 echo "_hide_real_gpus: $(taskset -c 0 "$PY" -c 'import time, torch; from vramscope._run import _hide_real_gpus; t = time.perf_counter(); _hide_real_gpus(); print(f"{time.perf_counter() - t:.3f} s")' 2>&1)"
