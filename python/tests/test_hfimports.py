@@ -201,3 +201,55 @@ def test_vramscope_run_leaves_no_deferral_hooks_behind(tmp_path):
     script.write_text("pass\n")
     assert _run.main(["--nproc", "0", str(script)]) == 2  # returns before the script runs
     assert not set(_hfimports.DEFERRED) & set(_importhook._AROUND)
+
+
+def _distribution(site, name: str, package: str) -> None:
+    """A distribution `name` installed in `site` with one package `package` (no top_level.txt:
+    its packages are read from its RECORD)."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "RECORD").write_text(f"{package}/__init__.py,,\n{info.name}/METADATA,,\n")
+    (site / package).mkdir()
+    (site / package / "__init__.py").write_text("")
+
+
+def test_the_distributions_come_back_as_computed_until_one_comes(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_hfimports, "SETTLED_NS", -(10**10))
+    site = tmp_path / "site"
+    site.mkdir()
+    _distribution(site, "fakedist-sp", "fakepkg_sp")
+    monkeypatch.syspath_prepend(str(site))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return importlib.metadata.packages_distributions()
+
+    want = importlib.metadata.packages_distributions()
+    assert want["fakepkg_sp"] == ["fakedist-sp"]
+    for _ in range(2):  # computed and stored, then read back
+        got = _hfimports.kept_distributions(compute)
+        assert got == want and list(got) == list(want)
+    assert len(calls) == 1
+    _distribution(site, "otherdist-sp", "otherpkg_sp")
+    importlib.invalidate_caches()
+    assert _hfimports.kept_distributions(compute)["otherpkg_sp"] == ["otherdist-sp"]
+    assert len(calls) == 2
+
+
+def test_vramscope_run_gives_transformers_the_distributions(tmp_script):
+    pytest.importorskip("transformers")
+    script = tmp_script(
+        "import importlib.metadata\n"
+        "from transformers.utils import import_utils\n"
+        "print(import_utils.PACKAGE_DISTRIBUTION_MAPPING == importlib.metadata.packages_distributions())\n"
+        "print(importlib.metadata.packages_distributions.__module__)\n"
+    )
+    for _ in range(2):
+        status, lines, _report, err = run_script(script)
+        assert status == 0, err
+        assert lines == ["True", "importlib.metadata"]
