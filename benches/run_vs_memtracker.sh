@@ -24,11 +24,27 @@ if [ -z "${NO_PYCACHE:-}" ]; then
     [ -z "${BASE:-}" ] || PYTHONPATH="$BASE" "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1
     [ -n "${NO_MEMTRACKER:-}" ] || "$PY" validation/run/memtracker.py benches/llama8b_train_step.py >/dev/null 2>&1
 fi
+# The optional libraries that the script's imports load on this machine (transformers imports
+# scikit-learn's `sklearn.metrics`, scipy's `scipy.optimize`, torchaudio, torchvision, accelerate
+# where they are installed), each with its cumulative import time in microseconds (-X importtime)
+echo "optional libraries the script's imports load (-X importtime, cumulative us):"
+taskset -c 0 "$PY" -X importtime -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' 2>&1 >/dev/null \
+    | awk -F'|' '$3 ~ /^ *(sklearn|sklearn\.metrics|scipy|scipy\.optimize|pandas|torchaudio|torchvision|accelerate|peft|PIL|jinja2)$/ {gsub(/ /, "", $3); gsub(/ /, "", $2); print "  " $3 " " $2}'
+# what `import transformers` spends reading every installed distribution's files
+# (`importlib.metadata.packages_distributions()`, transformers/utils/import_utils.py's
+# PACKAGE_DISTRIBUTION_MAPPING): the baseline pays it too, and it grows with the packages installed
+echo "packages_distributions: $(taskset -c 0 "$PY" -c 'import time, importlib.metadata as m; t = time.perf_counter(); n = len(m.packages_distributions()); print(f"{time.perf_counter() - t:.3f} s, {n} names")' 2>&1)"
+# `vramscope run`'s one call into the CUDA runtime (`_hide_real_gpus`: cudaGetDeviceCount with
+# CUDA_VISIBLE_DEVICES="", which loads the driver and runs cuInit where there is one)
+echo "_hide_real_gpus: $(taskset -c 0 "$PY" -c 'import time, torch; from vramscope._run import _hide_real_gpus; t = time.perf_counter(); _hide_real_gpus(); print(f"{time.perf_counter() - t:.3f} s")' 2>&1)"
 for i in $(seq "${ROUNDS:-3}"); do
     echo "round $i: load $(cut -d' ' -f1-3 /proc/loadavg); $(head -1 /proc/stat)"
     echo "import alone: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama' >/dev/null 2>&1; } 2>&1 )"
     echo "import with torch._dynamo: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama, torch._dynamo' >/dev/null 2>&1; } 2>&1 )"
     echo "the script's imports (its Llama classes, torch._dynamo): $( { time taskset -c 0 "$PY" -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' >/dev/null 2>&1; } 2>&1 )"
+    # as above, with scikit-learn hidden from the process (`find_spec("sklearn")` is None): the
+    # part of the script's imports that `sklearn.metrics` costs on this machine
+    echo "the script's imports, scikit-learn hidden: $( { time taskset -c 0 "$PY" -c 'import sys; sys.modules["sklearn"] = None; import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' >/dev/null 2>&1; } 2>&1 )"
     echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 )"
     [ -z "${BASE:-}" ] || echo "vramscope run (BASE=$BASE): $( { time PYTHONPATH="$BASE" taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 )"
     [ -n "${NO_MEMTRACKER:-}" ] || echo "memtracker: $( { time taskset -c 0 "$PY" validation/run/memtracker.py benches/llama8b_train_step.py > /tmp/mt.json 2>/dev/null; } 2>&1 ) $(cat /tmp/mt.json)"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
+import importlib.util
 import os
+import sys
 
 import pytest
 from conftest import run_script
@@ -111,3 +114,142 @@ def test_vramscope_run_serves_transformers_from_the_cache(tmp_script, tmp_path):
     assert status == 0, err
     assert lines == ["SourceFileLoader LlamaConfig"]
     assert len(os.listdir(cache / "vramscope" / "transformers")) >= 2
+
+
+def _heavy_library(root, name: str) -> None:
+    """A package `name` whose `metrics` module counts its imports in `os.environ`."""
+    pkg = root / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "metrics.py").write_text(
+        "import os\n"
+        f"os.environ['{name.upper()}_IMPORTS'] = str(int(os.environ.get('{name.upper()}_IMPORTS', 0)) + 1)\n"
+        "def roc_curve(*args):\n"
+        "    return ('roc', args)\n"
+        "def other():\n"
+        "    return 'other'\n"
+    )
+
+
+def test_a_deferred_name_imports_its_library_at_the_first_call(tmp_path, monkeypatch):
+    from vramscope import _importhook
+
+    _heavy_library(tmp_path, "heavylib_sp")
+    (tmp_path / "importer_sp.py").write_text(
+        "import json\n"
+        "from heavylib_sp.metrics import roc_curve\n"
+        "def use(*args):\n"
+        "    return roc_curve(*args)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("importer_sp", "heavylib_sp", "heavylib_sp.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delenv("HEAVYLIB_SP_IMPORTS", raising=False)
+    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer_sp": ("heavylib_sp.metrics", ("roc_curve",))})
+    _importhook.around_import("importer_sp", _hfimports._defer)
+    real_import = builtins.__import__
+    import importer_sp
+
+    assert builtins.__import__ is real_import
+    assert "heavylib_sp.metrics" not in sys.modules
+    assert importer_sp.json is sys.modules["json"]  # any other import is the import's own
+    assert importer_sp.use(1, 2) == ("roc", (1, 2))
+    import heavylib_sp.metrics
+
+    assert importer_sp.roc_curve is heavylib_sp.metrics.roc_curve
+    assert importer_sp.use(3) == ("roc", (3,))
+    assert os.environ["HEAVYLIB_SP_IMPORTS"] == "1"
+
+
+def test_a_library_imported_already_or_other_names_are_not_deferred(tmp_path, monkeypatch):
+    from vramscope import _importhook
+
+    _heavy_library(tmp_path, "heavylib2_sp")
+    (tmp_path / "importer2_sp.py").write_text("from heavylib2_sp.metrics import roc_curve, other\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("importer2_sp", "heavylib2_sp", "heavylib2_sp.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer2_sp": ("heavylib2_sp.metrics", ("roc_curve",))})
+    _importhook.around_import("importer2_sp", _hfimports._defer)
+    import importer2_sp  # `other` is not DEFERRED's: the statement imports the library
+
+    assert importer2_sp.roc_curve is sys.modules["heavylib2_sp.metrics"].roc_curve
+
+
+def test_vramscope_run_defers_sklearn_in_transformers(tmp_script, tmp_path):
+    # transformers' generation/candidate_generator.py: `if is_sklearn_available(): from
+    # sklearn.metrics import roc_curve`, run by every model class's import
+    pytest.importorskip("transformers")
+    if importlib.util.find_spec("sklearn") is None:
+        _heavy_library(tmp_path, "sklearn")
+    script = tmp_script(
+        "import os, sys\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "import transformers.generation.candidate_generator as cg\n"
+        "print('sklearn.metrics' in sys.modules, cg.roc_curve.__name__)\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    status, lines, _report, err = run_script(script, env={"PYTHONPATH": path})
+    assert status == 0, err
+    assert lines == ["False roc_curve"]
+
+
+def test_vramscope_run_leaves_no_deferral_hooks_behind(tmp_path):
+    from vramscope import _importhook, _run
+
+    script = tmp_path / "script.py"
+    script.write_text("pass\n")
+    assert _run.main(["--nproc", "0", str(script)]) == 2  # returns before the script runs
+    assert not set(_hfimports.DEFERRED) & set(_importhook._AROUND)
+
+
+def _distribution(site, name: str, package: str) -> None:
+    """A distribution `name` installed in `site` with one package `package` (no top_level.txt:
+    its packages are read from its RECORD)."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "RECORD").write_text(f"{package}/__init__.py,,\n{info.name}/METADATA,,\n")
+    (site / package).mkdir()
+    (site / package / "__init__.py").write_text("")
+
+
+def test_the_distributions_come_back_as_computed_until_one_comes(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_hfimports, "SETTLED_NS", -(10**10))
+    site = tmp_path / "site"
+    site.mkdir()
+    _distribution(site, "fakedist-sp", "fakepkg_sp")
+    monkeypatch.syspath_prepend(str(site))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return importlib.metadata.packages_distributions()
+
+    want = importlib.metadata.packages_distributions()
+    assert want["fakepkg_sp"] == ["fakedist-sp"]
+    for _ in range(2):  # computed and stored, then read back
+        got = _hfimports.kept_distributions(compute)
+        assert got == want and list(got) == list(want)
+    assert len(calls) == 1
+    _distribution(site, "otherdist-sp", "otherpkg_sp")
+    importlib.invalidate_caches()
+    assert _hfimports.kept_distributions(compute)["otherpkg_sp"] == ["otherdist-sp"]
+    assert len(calls) == 2
+
+
+def test_vramscope_run_gives_transformers_the_distributions(tmp_script):
+    pytest.importorskip("transformers")
+    script = tmp_script(
+        "import importlib.metadata\n"
+        "from transformers.utils import import_utils\n"
+        "print(import_utils.PACKAGE_DISTRIBUTION_MAPPING == importlib.metadata.packages_distributions())\n"
+        "print(importlib.metadata.packages_distributions.__module__)\n"
+    )
+    for _ in range(2):
+        status, lines, _report, err = run_script(script)
+        assert status == 0, err
+        assert lines == ["True", "importlib.metadata"]

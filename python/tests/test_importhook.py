@@ -60,3 +60,20 @@ def test_a_patch_set_at_import_is_restored_and_an_unrun_one_forgotten(tmp_path, 
     assert patched_mod.read() == 4
     p.restore()
     assert patched_mod.read() == 1
+
+
+def test_around_import_runs_the_module_inside_its_function(tmp_path, monkeypatch):
+    _module(tmp_path, monkeypatch, "around_mod")
+    seen = []
+
+    def around(module, run):
+        seen.append(("before", hasattr(module, "VALUE")))
+        run()
+        seen.append(("after", module.VALUE))
+
+    _importhook.around_import("around_mod", around)
+    import around_mod  # noqa: F401
+
+    assert seen == [("before", False), ("after", 1)]
+    assert "around_mod" not in _importhook._AROUND
+    assert _importhook._FINDER not in sys.meta_path

@@ -1,4 +1,6 @@
-"""A disk cache for transformers' import structure, for `vramscope run`.
+"""Three savings in transformers' imports, for `vramscope run`: a disk cache for its import
+structure, one for the installed distributions' packages (`kept_distributions`), and its
+optional libraries imported at their first use (`DEFERRED`).
 
 `import transformers` and its first model class each call
 `transformers.utils.import_utils.define_import_structure` on the `models` folder, which reads
@@ -18,12 +20,15 @@ falls back to transformers' own computation.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import hashlib
+import importlib
 import marshal
 import os
 import sys
 import time
+import types
 
 from . import _importhook
 
@@ -67,22 +72,19 @@ def _listing(directory: str, out: list) -> list:
     return out
 
 
-def cached(compute, code_stamp: tuple, module_path, prefix=None, hits=lambda: 0):
-    """`compute(module_path, prefix)`, read from the cache where the folder's listing and
-    `code_stamp` are those it was computed with, else computed and stored. `hits()`: the hits
-    of an in-process cache below `compute` (transformers' `lru_cache` of
-    `create_import_structure_from_path`); a result that used one may predate the listing and
-    is not stored."""
+def _kept(header: tuple, list_files, compute, fresh=lambda: True, stamps: tuple = ()):
+    """`compute()`, read back from the cache file that `header` names where the header and the
+    listing (`list_files()`: pairs of a path and its stamp, or None) are those it was stored
+    with, else computed and stored: where `fresh()` after the computation, and where every stamp
+    (the listing's and `stamps`) changed at least `SETTLED_NS` before the listing was made. Any
+    error falls back to `compute()`."""
     try:
-        path = os.fspath(module_path)
-        directory = os.path.dirname(path) if os.path.isfile(path) else path
-        header = (_FORMAT, sys.version, code_stamp, os.path.abspath(directory), prefix)
         now = time.time_ns()
-        listing = _listing(directory, [])
+        listing = list_files()
         name = hashlib.sha256(repr(header).encode()).hexdigest()[:32] + ".marshal"
         file = os.path.join(cache_dir(), name)
     except Exception:
-        return compute(module_path, prefix)
+        return compute()
     try:
         with open(file, "rb") as f:
             stored = marshal.load(f)
@@ -90,13 +92,12 @@ def cached(compute, code_stamp: tuple, module_path, prefix=None, hits=lambda: 0)
             return stored[2]
     except Exception:
         pass
-    before = hits()
-    result = compute(module_path, prefix)
+    result = compute()
     try:
-        if hits() != before:
+        if not fresh():
             return result
-        stamps = [code_stamp] + [stamp for _, stamp in listing if stamp is not None]
-        if any(stamp[2] > now - SETTLED_NS for stamp in stamps):
+        settled = list(stamps) + [stamp for _, stamp in listing if stamp is not None]
+        if any(stamp[2] > now - SETTLED_NS for stamp in settled):
             return result
         data = marshal.dumps((header, listing, result))
         if marshal.loads(data)[2] == result:  # stored as computed, or not at all
@@ -108,6 +109,97 @@ def cached(compute, code_stamp: tuple, module_path, prefix=None, hits=lambda: 0)
     except Exception:
         pass
     return result
+
+
+def cached(compute, code_stamp: tuple, module_path, prefix=None, hits=lambda: 0):
+    """`compute(module_path, prefix)`, read from the cache where the folder's listing and
+    `code_stamp` are those it was computed with, else computed and stored. `hits()`: the hits
+    of an in-process cache below `compute` (transformers' `lru_cache` of
+    `create_import_structure_from_path`); a result that used one may predate the listing and
+    is not stored."""
+    try:
+        path = os.fspath(module_path)
+        directory = os.path.dirname(path) if os.path.isfile(path) else path
+        header = (_FORMAT, sys.version, code_stamp, os.path.abspath(directory), prefix)
+    except Exception:
+        return compute(module_path, prefix)
+    before = hits()
+    return _kept(
+        header,
+        lambda: _listing(directory, []),
+        lambda: compute(module_path, prefix),
+        lambda: hits() == before,
+        (code_stamp,),
+    )
+
+
+#: the files of a `.dist-info` or `.egg-info` folder that `packages_distributions` reads: the
+#: distribution's name, its declared packages, its files (importlib/metadata/__init__.py)
+_DIST_FILES = ("METADATA", "PKG-INFO", "top_level.txt", "RECORD", "installed-files.txt", "SOURCES.txt")
+
+
+def _distributions_listing() -> list:
+    """What `importlib.metadata.packages_distributions()` reads, stamped: each `sys.path` entry
+    (a folder's stamp moves when a distribution's folder or a package comes or goes in it), and
+    in each folder every `.dist-info` and `.egg-info` entry with its files (`_DIST_FILES`). What
+    it is not: the packages' own files, which Python 3.12 checks exist (`skip_missing_files`) to
+    name a distribution's packages from its RECORD; a package's name goes only with its last
+    file, and its folder or module with it."""
+    out: list = []
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            st = os.stat(folder)
+        except OSError:
+            out.append((folder, None))
+            continue
+        out.append((folder, _stamp(st)))
+        if not os.path.isdir(folder):
+            continue
+        with os.scandir(folder) as found:
+            infos = sorted(e.path for e in found if e.name.endswith((".dist-info", ".egg-info")))
+        for info in infos:
+            out.append((info, _stamp(os.stat(info))))
+            for name in _DIST_FILES if os.path.isdir(info) else ():
+                try:
+                    out.append((os.path.join(info, name), _stamp(os.stat(os.path.join(info, name)))))
+                except FileNotFoundError:
+                    pass
+    return out
+
+
+def kept_distributions(compute):
+    """`compute()` (`importlib.metadata.packages_distributions`), read from the cache where
+    `_distributions_listing` is what it was computed with, else computed and stored. Only where
+    `sys.meta_path`'s one finder of distributions is `PathFinder` (the one the listing
+    follows)."""
+    from importlib.machinery import PathFinder
+
+    finders = [f for f in sys.meta_path if getattr(f, "find_distributions", None) is not None]
+    if finders != [PathFinder]:
+        return compute()
+    header = (_FORMAT, sys.version, "packages_distributions", tuple(sys.path))
+    return _kept(header, _distributions_listing, compute)
+
+
+def _with_kept_distributions(module, run) -> None:
+    """Run `module`'s code (transformers/utils/import_utils.py, whose
+    `PACKAGE_DISTRIBUTION_MAPPING = importlib.metadata.packages_distributions()` reads every
+    installed distribution's files: 0.55 s of its import on the H100 machine's 197
+    distributions, session 73) with that function served from the cache (`kept_distributions`)."""
+    import importlib.metadata as md
+
+    real = md.packages_distributions
+
+    def packages_distributions():
+        return kept_distributions(real)
+
+    md.packages_distributions = packages_distributions
+    try:
+        run()
+    finally:
+        if md.packages_distributions is packages_distributions:
+            md.packages_distributions = real
 
 
 def _patch(module) -> None:
@@ -144,13 +236,88 @@ def _patch_quietly(module) -> None:
         pass
 
 
+#: transformers' modules that import an optional library at their top only for functions that
+#: call it (`if is_sklearn_available(): from sklearn.metrics import roc_curve`,
+#: generation/candidate_generator.py; `from scipy.optimize import linear_sum_assignment`, the
+#: detection losses): the module -> (the library's module, the names it takes). Every model
+#: class imports them (`modeling_utils` imports `generation.utils` and `loss.loss_utils`), so a
+#: machine with scikit-learn installed (the GPU machine) pays for `sklearn.metrics` (scipy,
+#: pandas, joblib) in every script that uses a model: 0.9 to 1.4 s of CPU in a `vramscope run` of
+#: benches/llama8b_train_step.py on one core of the dev machine, 1.8 s in a plain run of its
+#: imports (`-X importtime`; docs/performance.md, session 73).
+DEFERRED = {
+    "transformers.generation.candidate_generator": ("sklearn.metrics", ("roc_curve",)),
+    **{
+        f"transformers.loss.loss_{loss}": ("scipy.optimize", ("linear_sum_assignment",))
+        for loss in (
+            "for_object_detection",
+            "deformable_detr",
+            "grounding_dino",
+            "lw_detr",
+            "rf_detr",
+            "rt_detr",
+        )
+    },
+}
+
+
+def _deferred(library: str, name: str, namespace: dict):
+    """A function standing for `library.name` in the module namespace `namespace` until its first
+    call, which imports `library`, puts the function itself in its place there and calls it."""
+
+    def deferred(*args, **kwargs):
+        fn = getattr(importlib.import_module(library), name)
+        if namespace.get(name) is deferred:
+            namespace[name] = fn
+        return fn(*args, **kwargs)
+
+    deferred.__name__ = deferred.__qualname__ = name
+    deferred.__module__ = library
+    return deferred
+
+
+def _defer(module, run) -> None:
+    """Run `module`'s code (`run()`) with its `from LIBRARY import NAMES` (`DEFERRED`'s) binding
+    stand-ins (`_deferred`) for the names, where LIBRARY is not imported yet: the library is
+    imported at the first call of one of them, if ever. Any other import is the import's own."""
+    library, names = DEFERRED[module.__name__]
+    namespace = module.__dict__
+    real = builtins.__import__
+
+    def import_(name, globals=None, locals=None, fromlist=(), level=0):
+        if (
+            name == library
+            and globals is namespace
+            and level == 0
+            and fromlist
+            and all(n in names for n in fromlist)
+            and name not in sys.modules
+        ):
+            return types.SimpleNamespace(**{n: _deferred(library, n, namespace) for n in fromlist})
+        return real(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = import_
+    try:
+        run()
+    finally:
+        if builtins.__import__ is import_:
+            builtins.__import__ = real
+
+
 def install() -> None:
-    """Cache the import structure of the transformers that this process imports from now on
-    (nothing where it is imported already)."""
+    """Cache the import structure of the transformers that this process imports from now on, and
+    defer its optional libraries (`DEFERRED`; nothing for a module imported already)."""
     if _MODULE not in sys.modules:
+        _importhook.around_import(_MODULE, _with_kept_distributions)
         _importhook.after_import(_MODULE, _patch_quietly)
+    for module in DEFERRED:
+        if module not in sys.modules:
+            _importhook.around_import(module, _defer)
 
 
 def remove() -> None:
     """Undo `install` where transformers was not imported since."""
     _importhook.cancel(_MODULE, _patch_quietly)
+    _importhook.cancel(_MODULE, _with_kept_distributions)
+    for module in DEFERRED:
+        _importhook.cancel(module, _defer)

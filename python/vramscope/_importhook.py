@@ -1,12 +1,20 @@
 """Functions run once a module has been imported: what patches a module that a program may
-never import, so that the program pays for the import only where it makes it itself."""
+never import, so that the program pays for the import only where it makes it itself; and
+functions that run a module's own code (`around_import`)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 
 #: module name -> functions to call with the module once it has run
 _HOOKS: dict[str, list] = {}
+#: module name -> functions that run the module's code (`around_import`)
+_AROUND: dict[str, list] = {}
+
+
+def _hooked() -> bool:
+    return bool(_HOOKS or _AROUND)
 
 
 def after_import(name: str, fn) -> None:
@@ -17,14 +25,23 @@ def after_import(name: str, fn) -> None:
         sys.meta_path.insert(0, _FINDER)
 
 
+def around_import(name: str, fn) -> None:
+    """Run the module `name`'s code, at its first import from now on, as `fn(module, run)`, which
+    calls `run()` (the module's own code) once, in whatever context it sets up around it."""
+    _AROUND.setdefault(name, []).append(fn)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
 def cancel(name: str, fn) -> None:
-    """Forget `after_import(name, fn)` where it has not run yet."""
-    fns = _HOOKS.get(name, [])
-    if fn in fns:
-        fns.remove(fn)
-    if not fns:
-        _HOOKS.pop(name, None)
-    if not _HOOKS and _FINDER in sys.meta_path:
+    """Forget `after_import(name, fn)` or `around_import(name, fn)` where it has not run yet."""
+    for table in (_HOOKS, _AROUND):
+        fns = table.get(name, [])
+        if fn in fns:
+            fns.remove(fn)
+        if not fns:
+            table.pop(name, None)
+    if not _hooked() and _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
 
 
@@ -48,10 +65,14 @@ class _Loader:
         module.__loader__ = self.loader
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
+        run = functools.partial(self.loader.exec_module, module)
+        for wrap in _AROUND.get(self.name, []):
+            run = functools.partial(wrap, module, run)
+        run()
+        _AROUND.pop(self.name, None)
         for fn in _HOOKS.pop(self.name, []):
             fn(module)
-        if not _HOOKS and _FINDER in sys.meta_path:
+        if not _hooked() and _FINDER in sys.meta_path:
             sys.meta_path.remove(_FINDER)
 
 
@@ -60,7 +81,7 @@ class _Finder:
     make, with the loader above."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _HOOKS:
+        if fullname not in _HOOKS and fullname not in _AROUND:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)

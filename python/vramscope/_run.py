@@ -536,6 +536,11 @@ def main(argv: list[str], process: bool = False) -> int:
     finally:
         if collecting:
             gc.enable()
+        from . import _hfimports
+
+        # the hooks left for modules the script never imported (where `main` runs inside another
+        # program: a test)
+        _hfimports.remove()
     if process:
         _EXIT_STATUS.append(status)
     return status
