@@ -631,19 +631,23 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     }
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, True, 8, 7, 56, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
-    # longer than the sweeps and the probes measured (LSTM and GRU: unpacked 4,096 steps, packed 400 in
-    # training and 1,024 in inference; RNN_TANH/RELU 400 in training, 800 in inference)
+    # longer than the sweeps and the probes measured (LSTM and GRU: unpacked 4,096 steps, packed 2,048,
+    # packed training with dropout 400; RNN_TANH/RELU 400 in training, 800 in inference)
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 4096, 32768, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 4097, 32776, False) is None
-    # (packed training past 400 steps: the reserve alone, rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl's 16)
-    f = _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, True)
-    reserve = _rnn._uni_reserve(lstm, 4, 512, 1, 0.0, 8, 401, 3208)
-    assert f == {"workspace": None, "reserve": reserve, "backward_workspace": None}
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 2048, 16384, True) is not None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 2049, 16392, True) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 2049, 16392, True) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.2, True, 8, 400, 3200, True) is not None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.2, True, 8, 401, 3208, True) is None
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 1025, 8200, True) is None
     assert _rnn._fitted(tanh, f32, 256, 512, 0, 2, False, 0.2, True, 8, 401, 3208, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is not None
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 1025, 8200, True) is None
+    # packed multi-layer training past the wavefront chunk's last batch: `a` where f with k = S is at
+    # most a (wide inputs make f larger), else the reserve alone (GRU) or nothing (LSTM)
+    assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, True, 4097, 50, 204850, True)["workspace"]
+    assert (
+        _rnn._fitted(gru, f32, 2000, 512, 0, 2, False, 0.0, True, 4097, 50, 204850, True)["workspace"] is None
+    )
 
 
 def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace():
@@ -1182,7 +1186,7 @@ def test_the_wavefront_steps_agree_with_the_sweeps_multi_layer_training():
 @pytest.mark.parametrize(
     ("name", "counts"),
     [
-        ("rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl", (5220, 44)),
+        ("rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl", (5252, 12)),
         ("rn71_rnn_wavefront_chunk_probe_gaps_h100.jsonl", (720, 0)),
     ],
 )
@@ -1194,8 +1198,7 @@ def test_the_wavefront_chunk_probes_take_the_fitted_sizes(name, counts):
     # packed unidirectional ones to 1,024 steps and 9 unpacked ones over 3,000 and 4,096 (to
     # `_UNPACKED_LONGEST`). `gaps`: the same GRU at batch 9, 17-19, 97-104, 1,536-4,096 x 48 to 128
     # steps (121-127 among them) x 2 and 3 layers. Every figure the twin gives is the GPU's; it leaves
-    # out the one-layer bidirectional GRUs (outside `_fitted`) and packed training workspaces past 400
-    # steps (8 of the 16 exceed the linear form there; their reserves are the form's)
+    # out the one-layer bidirectional GRUs (outside `_fitted`)
     import json
 
     from conftest import FIXTURES
@@ -1223,3 +1226,63 @@ def test_the_wavefront_chunk_probes_take_the_fitted_sizes(name, counts):
                 assert value == r[key]
                 answered += 1
     assert (answered, left) == counts
+
+
+def test_the_packed_long_training_probe_takes_the_fitted_sizes():
+    # the H100 probe validation/run/probes/rn72_rnn_packed_long_training_probe.py
+    # (validation/run/probes/rn72_rnn_packed_long_training_probe_h100.jsonl): 336 packed unidirectional
+    # LSTMs and GRUs, float32 and float16, 1 to 3 layers, batch 1 to 64 over 256 to 2,048 steps, equal
+    # and spread lengths, hidden 256 to 1,024, inputs 128 to 1,024. Packed training is max(a, f) with
+    # f = c0 + E * (B * L * pf*h + min(T, B * k)*h + T * max(h, i)): every figure exact, among them the
+    # one-layer GRUs at 400 steps whose f the former form (T * (i + h)) put under a
+    import json
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    path = FIXTURES.parent / "validation/run/probes/rn72_rnn_packed_long_training_probe_h100.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    above = 0
+    for r in rows:
+        mode, dtype = _rnn.MODES[r["mode"]], getattr(torch, r["dtype"])
+        b, s, t = r["batch"], r["seq_length"], r["tokens"]
+        args = (mode, dtype, r["input_size"], r["hidden_size"], 0, r["num_layers"], False, 0.0)
+        train = _rnn._fitted(*args, True, b, s, t, True)
+        assert train == {
+            "workspace": r["train_workspace"],
+            "reserve": r["reserve"],
+            "backward_workspace": r["backward_workspace"],
+        }
+        infer = _rnn._fitted(*args, False, b, s, t, True)
+        assert infer == {"workspace": r["infer_workspace"]}
+        above += r["train_workspace"] > r["infer_workspace"]
+    assert (len(rows), above) == (336, 178)
+
+
+def test_the_packed_training_form_agrees_with_the_sweeps():
+    # every packed unidirectional LSTM and GRU training problem of the two H200 sweeps
+    # (rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz; 1 to 4 layers, any h and i, with and
+    # without dropout): exact or under by an alignment padding (at most 110 bytes), the wide-input
+    # multi-layer ones (i + h > G*h) the former form left out among them
+    import json
+    import lzma
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    seen = exact = 0
+    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
+        for line in lzma.open(FIXTURES / "run" / name, "rt"):
+            r = json.loads(line)
+            if r.get("set") == "meta" or r.get("error") or r["proj_size"] or r["bidirectional"]:
+                continue
+            if r["lengths"] is None or r["mode"] not in ("lstm", "gru"):
+                continue
+            args = (r["input_size"], r["hidden_size"], 0, r["num_layers"], False, r["dropout"], True)
+            shape = (r["batch"], r["seq_length"], sum(r["lengths"]))
+            f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, *shape, True)
+            assert 0 <= r["train_workspace"] - f["workspace"] <= 110
+            assert 0 <= r["backward_workspace"] - f["backward_workspace"] <= 110
+            seen += 1
+            exact += r["train_workspace"] == f["workspace"]
+    assert (seen, exact) == (1267, 1042)

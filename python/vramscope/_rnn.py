@@ -514,6 +514,12 @@ def _persist_infer(es, input_size, hidden, layers, batch, tokens) -> int:
 #: 512 over 1,024 inputs at 4 x 3,000, LSTMs and GRUs of 512 over 256 at 16 x 4,096, 1 and 2 layers)
 _UNPACKED_LONGEST = 4096
 
+#: the most steps (the longest sequence) of a packed unidirectional LSTM or GRU `_fitted_uni` answers
+#: (training with dropout: 400): validation/run/probes/rn72_rnn_packed_long_training_probe_h100.jsonl
+#: measured 336 problems to 2,048 steps (1 to 3 layers, batch 1 to 64, equal and spread lengths,
+#: float32 and float16), every training, backward and inference workspace and reserve exact
+_PACKED_LONGEST = 2048
+
 
 def _fitted_persist_static(input_size, hidden, layers, train, batch, seq, tokens, es):
     """A float16 one-layer unpacked LSTM that RNN.cpp's `use_persist_common_heuristics` and
@@ -626,24 +632,24 @@ def _fitted_uni(
     - unpacked inference workspace = c0 + roundup(8B, 32) + E * (B * L * ub*h + Tc * G*h + T * (h + i)),
       ub = 3, 5, 10;
     - training: a = inference + E * T * h with dropout (and always for packed RNNs), then
-      packed LSTM/GRU, one layer: max(a, c0 + E * (B * h [LSTM: 3h] + T * (i + h))); more layers: a;
+      packed LSTM/GRU: max(a, c0 + E * (B * L * pf*h + min(T, B * k)*h + T * max(h, i))), pf = 1
+      (LSTM 3), k = `_wavefront_steps` (S for one layer: min(T, B * S) = T);
       unpacked, max(a, f), f = c0 + roundup(8B, 32) + E * (B * L * fb*h + B * k*h +
-      T * (2h + 2i + max(h, i))), fb = 5 (LSTM 11), k = `_wavefront_steps` (S for one layer); where
-      k is unknown, a if f with k = S is at most a;
+      T * (2h + 2i + max(h, i))), fb = 5 (LSTM 11); where k is unknown (either), a if f with k = S
+      is at most a;
     - the backward's two workspaces are the training forward's;
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
       dropout B * S * (L - 1) * h / 8.
 
     Domain (None outside it): RNN_TANH/RELU at most 400 steps in training, 800 in inference
-    (fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at most 400 in training, 1,024
-    in inference, unpacked at most `_UNPACKED_LONGEST` (fixtures/run/probes/
-    lead70_rnn_long_seq_sweep_probe_h100.jsonl and rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl; packed
-    training past 400 steps exceeds these forms: without dropout its reserve alone, the workspace None);
+    (fixtures/run/run_flash_rnn_probe_s36_h200.jsonl); LSTM and GRU packed at most `_PACKED_LONGEST`
+    (training with dropout 400), unpacked at most `_UNPACKED_LONGEST` (fixtures/run/probes/
+    lead70_rnn_long_seq_sweep_probe_h100.jsonl and rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl);
     dropout only with 2 or more layers; unpacked: the standard algorithm (`_persistent`; float16 one-layer
     LSTMs it sends to CUDNN_RNN_ALGO_PERSIST_STATIC take `_fitted_persist_static`);
-    training: packed LSTM/GRU with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h
-    and one layer or dropout; unpacked with more layers where `_wavefront_steps` knows k, or f with k = S
-    is at most a. Elsewhere the training workspace depends on a cuDNN heuristic the sweeps do not resolve.
+    training: packed RNN_TANH/RELU with i <= h and one layer or dropout; packed LSTM/GRU and unpacked
+    with more layers where `_wavefront_steps` knows k, or f with k = S is at most a. Elsewhere the
+    training workspace depends on a cuDNN heuristic the sweeps do not resolve.
     In the domain the sizes are exact or under by an alignment padding this leaves out (docs/cudnn-rnn.md).
 
     Unpacked LSTMs of hidden <= 192 run CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward: `_fitted_small_h`;
@@ -651,18 +657,12 @@ def _fitted_uni(
     es = _ELEMENT_BYTES[dtype]
     lstm_gru = mode in (MODES["lstm"], MODES["gru"])
     if lstm_gru:
-        longest = 1024 if packed else _UNPACKED_LONGEST
+        # packed training with dropout: measured to 400 steps only (the sweeps)
+        longest = (400 if train and dropout > 0 else _PACKED_LONGEST) if packed else _UNPACKED_LONGEST
     else:
         longest = 400 if train else 800
     if seq > longest or (dropout > 0 and layers < 2):
         return None
-    if lstm_gru and packed and train and seq > 400:
-        # past 400 packed steps the training workspace exceeds these forms (unmeasured) while the reserve
-        # keeps its form: fixtures/run/probes/rn71_rnn_wavefront_chunk_probe_h100_v2.jsonl's 16 (no dropout)
-        if dropout > 0:
-            return None
-        reserve = _uni_reserve(mode, es, hidden, layers, dropout, batch, seq, tokens)
-        return {"workspace": None, "reserve": reserve, "backward_workspace": None}
     if not packed and mode == MODES["lstm"] and hidden <= 192 and not standard:
         return _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, tokens, es, dtype)
     if not packed and not standard and _persistent(mode, dtype, input_size, hidden, layers, batch):
@@ -688,10 +688,15 @@ def _fitted_uni(
     if packed and rnn:
         workspace = a if i <= h and (layers == 1 or dropout > 0) else None
     elif packed:
-        if layers == 1:
-            workspace = max(a, c0 + es * (b * h * (3 if lstm else 1) + t * (i + h)))
+        # f's per-sequence buffer of h holds the wavefront's k steps, at most the tokens (one layer: T),
+        # and its per-token term is max(h, i): probes/rn72_rnn_packed_long_training_probe_h100.jsonl (336
+        # problems to 2,048 steps) and the sweeps' 1,267 packed LSTM/GRU training problems (docs/cudnn-rnn.md)
+        f = c0 + es * (b * layers * (3 if lstm else 1) * h + t * max(h, i))
+        k = _wavefront_steps(b, seq, layers)
+        if k is not None:
+            workspace = max(a, f + es * min(t, b * k) * h)
         else:
-            workspace = a if i + h <= gates * h else None
+            workspace = a if f + es * t * h <= a else None
     else:
         # f's per-sequence buffer of h holds k steps: the whole sequence for one layer, else the
         # wavefront's (`_wavefront_steps`); unknown there, f is at most its k = S value
@@ -727,7 +732,10 @@ def _wavefront_steps(batch, seq, layers):
     and rnn_sweep_h200.jsonl.xz: 2 to 4 layers, any h, i, dtype, with and without dropout; the H100
     probes past 400 steps, probes/lead70_rnn_long_seq_sweep_probe_h100.jsonl and
     validation/run/probes/lj70_lj03_lstm3_fp16_long_workspace_probe_h100.out; the chunk probes' 1,455)
-    is max(a, f) with this k. None past the last row's batch (except at most 7 steps: k = S whatever c)."""
+    is max(a, f) with this k. None past the last row's batch (except at most 7 steps: k = S whatever c).
+    Packed LSTM/GRU training takes the same k (its buffer min(T, B * k), B the first batch size, S the
+    longest sequence): probes/rn72_rnn_packed_long_training_probe_h100.jsonl and the sweeps' packed
+    problems."""
     if layers == 1 or seq <= 7:
         return seq
     for lo, hi, c in _WAVEFRONT_CHUNKS:
