@@ -5,7 +5,7 @@ without RANK in the environment the script sets torchrun's variables itself (a w
 port). FSDP: `transformer_auto_wrap_policy` on BertLayer, SHARD_GRAD_OP, `use_orig_params=True`,
 MixedPrecision fp16 parameters with fp32 reduction and buffers, `device_id`, `sync_module_states`,
 `limit_all_gathers`, `forward_prefetch`, BACKWARD_PRE; AdamW (foreach) with no weight decay on biases
-and LayerNorms, `ShardedGradScaler`, FSDP's `clip_grad_norm_`.
+and LayerNorms, `ShardedGradScaler` (initial scale 256), FSDP's `clip_grad_norm_`.
 Phases: (0) group, model built on the host and wrapped (moved to the GPU); (1) 4 steps of 16 x 512;
 (2) a SHARDED_STATE_DICT of the model and `FSDP.optim_state_dict` handed to `dcp.async_save` in a
 temporary directory, one training step while it writes, then the future's result; (3) the checkpoint
@@ -71,7 +71,7 @@ opt = torch.optim.AdamW(
     lr=2e-5,
     foreach=True,
 )
-scaler = ShardedGradScaler()
+scaler = ShardedGradScaler(init_scale=2.0**8)  # a fresh model: start low, skip no step
 torch.cuda.reset_peak_memory_stats()
 
 
