@@ -2,7 +2,8 @@
 
 The model is deeplabv3_resnet101(weights=None, weights_backbone=None, num_classes=19, aux_loss=True): a
 dilated ResNet-101 (output stride 8), the ASPP head and the FCN auxiliary head on layer3.
-torch.backends.cudnn.benchmark is True for the whole script.
+torch.backends.cudnn.benchmark is True for training (fixed crops) and set False before the evaluation, whose
+input sizes vary with the scale.
 
 1. Set-up: the model in torch.channels_last, SGD (momentum 0.9, wd 1e-4, the heads at 10x lr) with a
    polynomial lr (LambdaLR, power 0.9).
@@ -104,6 +105,7 @@ def confusion(pred, target):
     return torch.bincount(k.flatten(), minlength=N_CLASSES * N_CLASSES).reshape(N_CLASSES, N_CLASSES)
 
 
+torch.backends.cudnn.benchmark = False  # the TTA's sizes vary: no search per new shape
 model.eval()
 with torch.inference_mode():
     images = torch.randn(1, 3, *EVAL_HW, device=device)
