@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import vramscope
@@ -273,3 +275,27 @@ def test_scatter_reduce_prod_and_index_reduce_alert(deterministic, monkeypatch):
         for reduce in ("prod", "mean", "amax"):
             with pytest.raises(RuntimeError, match=r"^index_reduce_cuda does not have"):
                 torch.zeros(4, device="cuda").index_reduce_(0, j, src, reduce)
+
+
+def test_a_backward_pass_s_alert_names_the_engine_s_call_as_the_gpu_replays_it():
+    # the engine replays a worker thread's warnings on the calling thread (engine.cpp
+    # GraphTask::warning_handler_): at torch/autograd/graph.py's run_backward call, also for a pass
+    # that records a graph (the twin runs it on its device thread, `_device_thread`); it named
+    # the twin's `_capture.py`
+    import warnings
+
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        with vramscope.capture(gpu="h100"):
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            try:
+                x = torch.randn(2, 3, 8, 8, device="cuda", requires_grad=True)
+                torch.nn.functional.adaptive_avg_pool2d(x, 3).sum().backward()
+                y = torch.nn.functional.adaptive_avg_pool2d(x, 3).sum()
+                torch.autograd.grad(y, x, create_graph=True)
+            finally:
+                torch.use_deterministic_algorithms(False)
+    places = [
+        os.path.basename(r.filename) for r in rec if "adaptive_avg_pool2d_backward_cuda" in str(r.message)
+    ]
+    assert places == ["graph.py", "graph.py"]

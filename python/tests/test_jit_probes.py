@@ -148,3 +148,20 @@ def test_an_unmeasured_conv_without_tf32_takes_the_tf32_workspace_and_says_so():
         finally:
             torch.backends.cudnn.allow_tf32 = True
     assert cap.unmeasured.get("cuDNN's float32 forward workspace with allow_tf32 False") == 1
+
+
+def test_a_conv_under_cudnn_deterministic_takes_the_tables_workspace_and_says_so():
+    # cudnn/Conv_v8.cpp's filterEngineConfigs drops the nondeterministic engines then: no measured
+    # workspace holds (blind335/lx01, pytorch/examples imagenet with --seed)
+    what = "cuDNN's {} workspace under deterministic algorithms"
+    with vramscope.capture(gpu="h100") as cap:
+        x = torch.randn(8, 64, 40, 40, device="cuda", requires_grad=True)
+        w = torch.randn(64, 64, 3, 3, device="cuda", requires_grad=True)
+        torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
+        assert not any(cap.unmeasured.get(what.format(op)) for op in ("forward", "dgrad", "wgrad"))
+        torch.backends.cudnn.deterministic = True
+        try:
+            torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
+        finally:
+            torch.backends.cudnn.deterministic = False
+    assert [cap.unmeasured.get(what.format(op)) for op in ("forward", "dgrad", "wgrad")] == [1, 1, 1]

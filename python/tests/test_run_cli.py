@@ -204,3 +204,49 @@ def test_a_pointwise_broadcast_error_is_worded_as_on_the_gpu(tmp_path):
     assert "The size of tensor a (4) must match the size of tensor b (1540)" in plain.stdout, plain.stderr
     _plain, on_gpu = _both("bc.py", "cuda", cwd=tmp_path)
     assert (on_gpu.returncode, on_gpu.stdout) == (0, plain.stdout), on_gpu.stderr
+
+
+def test_a_script_that_leaves_its_working_directory_gets_the_outputs_where_run_was_started(tmp_path):
+    # blind335/lx01 chdirs into a TemporaryDirectory that is gone when it ends: the report's source
+    # lines (relative to the working directory) raised FileNotFoundError; the outputs named on the
+    # command line are paths relative to where `vramscope run` started, as its user typed them
+    (tmp_path / "job.py").write_text(
+        "import os, tempfile, torch\n"
+        "x = torch.ones(1 << 20, device='cuda')\n"
+        "with tempfile.TemporaryDirectory() as d:\n"
+        "    os.chdir(d)\n"
+        "    y = x * 2\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    ours = subprocess.run(
+        [sys.executable, "-m", "vramscope", "run", "--json", "out.json", "--snapshot", "s.pickle", "job.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert (tmp_path / "out.json").exists() and (tmp_path / "s.pickle").exists()
+    assert "  job.py:2 in <module>" in ours.stderr
+
+
+def test_warnings_name_the_program_s_line_as_on_the_gpu(tmp_path):
+    # a C++ warning (TORCH_WARN: the innermost Python frame) and a Python one with a stack level
+    # (F.softmax's, stacklevel 3) named the twin's `return func(*args, **kwargs)`; once per line
+    # under the default filter, as the program's registry keeps them
+    (tmp_path / "warns.py").write_text(
+        "import warnings, torch\n"
+        "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "x = torch.ones(2, device=dev)\n"
+        "for _ in range(2):\n"
+        "    y = torch.tensor(x)\n"
+        "z = torch.tensor(x)\n"
+        "w = torch.nn.functional.softmax(torch.ones(2, 3, device=dev))\n"
+        "with warnings.catch_warnings(record=True) as rec:\n"
+        "    warnings.simplefilter('always')\n"
+        "    torch.tensor(x)\n"
+        "print([(r.filename, r.lineno) for r in rec])\n"
+    )
+    plain, ours = _both("warns.py", cwd=tmp_path)
+    assert plain.returncode == 0 and plain.stderr.count("UserWarning") == 3
+    assert (ours.returncode, ours.stdout, ours.stderr) == (0, plain.stdout, plain.stderr)

@@ -56,6 +56,7 @@ from . import (  # noqa: F401  (_attention, _linalg, _lobpcg, _norm, _semistruct
     _semistructured,
     _sparse,
     _tensor,
+    _warnloc,
 )
 from ._autograd_streams import inputs_of as _node_inputs
 from ._autograd_streams import node_stream as _node_stream
@@ -4277,8 +4278,7 @@ class Capture:
             key = (drawn[0][0], drawn[0][1]) if drawn else (self.philox.seed, -self.host_draws)
             torch.default_generator.manual_seed(hash(key) & 0x7FFFFFFFFFFFFFFF)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with _warnloc.quiet():
                 r = _scalar_division(func, cargs, ckwargs)
                 if r is None:
                     r = func(*cargs, **ckwargs)
@@ -4625,6 +4625,7 @@ class Capture:
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._patch.set(torch.Tensor, "as_subclass", _AsSubclass())
         self._hooks = self._install_hooks()
+        _warnloc.install(self._patch)
         self._serial_before_context()
         self._patch.set(builtins, "__import__", self._import_hook(builtins.__import__))
         self._modes = (_FunctionMode(self), _DispatchMode(self))

@@ -590,7 +590,8 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
     status = 0
     # the script's `__file__` (and its code's file name, which tracebacks print) is the path
     # joined to the working directory, as python gives it (3.9 on); `sys.argv[0]` stays as given
-    script = ns.script if os.path.isabs(ns.script) else os.path.join(os.getcwd(), ns.script)
+    started_in = os.getcwd()
+    script = ns.script if os.path.isabs(ns.script) else os.path.join(started_in, ns.script)
     last_import = _last_leading_import(script)
     saved_argv = sys.argv
     sys.argv = [ns.script, *ns.args]
@@ -621,6 +622,10 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
         sys.argv = saved_argv
         if freezer is not None:
             freezer.remove()
+        # the outputs named on the command line (--json, --snapshot, --html) and the report's source
+        # paths are relative to where the user started `vramscope run`, not to where the script
+        # moved (a temporary directory it chdir'd into may be gone: blind335/lx01)
+        os.chdir(started_in)
     report = cap.report()
     if ns.snapshot:
         with open(ns.snapshot, "wb") as f:

@@ -293,6 +293,18 @@ def _conv_workspace(cap, op, conv) -> None:
     nbytes = cap.device.conv_workspace(*problem, **layout) if timed is None else timed
     if timed is None and x.dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
         nbytes = _no_tf32_workspace(cap, op, conv, nbytes)
+    if nbytes is not None and (
+        torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
+    ):
+        # Convolution.cpp passes `deterministicCuDNN() || deterministicAlgorithms()`; cudnn/Conv_v8.cpp's
+        # `filterEngineConfigs` then drops the engine configs with CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
+        # so the plan may be another engine's; the tables were measured with deterministic False
+        # (blind335/lx01: pytorch/examples imagenet's `--seed`; lx73_conv_deterministic_workspace_probe)
+        cap.note_unmeasured(
+            f"cuDNN's {op} workspace under deterministic algorithms",
+            f"cuDNN's {op} workspace of input {tuple(x.shape)} by weight {tuple(w.shape)} with "
+            "`torch.backends.cudnn.deterministic = True` was not measured: taken as without",
+        )
     if nbytes is None:
         what = (
             f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
