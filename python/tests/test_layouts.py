@@ -504,6 +504,23 @@ def test_preferred_blas_library_cublaslt_runs_every_gemm_on_the_cublaslt_workspa
     assert _extra(run, setup) == (1, 33554432)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "lt"), [(torch.bfloat16, True), (torch.float16, True), (torch.float32, False)]
+)
+def test_preferred_cublaslt_takes_16_bit_gemv_as_a_gemm(dtype, lt):
+    # CUDABlas.cpp: gemv<at::Half>/<at::BFloat16> call gemm<>, cuBLASLt's under the preference;
+    # cublasSgemv takes the handle's workspace only
+    def setup():
+        return torch.empty(512, 256, device="cuda", dtype=dtype), torch.empty(256, device="cuda", dtype=dtype)
+
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        got = _extra(torch.mv, setup)
+    finally:
+        torch.backends.cuda.preferred_blas_library("cublas")
+    assert got == ((2, 33554432 + 1048576) if lt else (1, 33554432))
+
+
 def _fp8_operands():
     """A (64, 128) by (128, 256) float8 product's operands and tensorwise scales."""
     a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)

@@ -286,7 +286,9 @@ def _gemv(cap, func, call, outs):
         return
     v, m = _gemv_operands(cap, mat, vec)
     cap.cublas_alert()  # gemv's, as gemm's
-    cap.blas("mv", mat.dtype, False)
+    # CUDABlas.cpp: `gemv<at::Half>` and `gemv<at::BFloat16>` are a one-row `gemm`, cuBLASLt's when
+    # it is preferred; the other dtypes call `cublas<t>gemv`
+    cap.blas("mv", mat.dtype, mat.dtype in (torch.float16, torch.bfloat16) and cublaslt_preferred())
     del m, v
 
 
