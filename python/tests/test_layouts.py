@@ -479,6 +479,48 @@ def test_a_batch_one_linear_with_a_bias_takes_cublaslt():
     assert _extra(torch.nn.functional.linear, setup) == (2, 33554432 + 1048576)
 
 
+@pytest.mark.parametrize("op", ["mm", "bmm", "half_mm"])
+def test_preferred_blas_library_cublaslt_runs_every_gemm_on_the_cublaslt_workspace(op):
+    # CUDABlas.cpp `gemm_internal`/`bgemm_internal`: with the preferred backend cuBLASLt a plain mm or
+    # bmm (no bias) runs `bgemm_internal_cublaslt`, which takes cuBLASLt's 1 MiB workspace beside the
+    # handle's 32 MiB; with cuBLAS (the default) only the handle's
+    shapes = {
+        "mm": ((64, 128), (128, 256)),
+        "bmm": ((4, 64, 128), (4, 128, 256)),
+        "half_mm": ((64, 128), (128, 256)),
+    }
+    dtype = torch.float16 if op == "half_mm" else torch.float32
+    run = torch.bmm if op == "bmm" else torch.mm
+
+    def setup():
+        return tuple(torch.empty(s, device="cuda", dtype=dtype) for s in shapes[op])
+
+    assert _extra(run, setup) == (1, 33554432)
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        assert _extra(run, setup) == (2, 33554432 + 1048576)
+    finally:
+        torch.backends.cuda.preferred_blas_library("cublas")
+    assert _extra(run, setup) == (1, 33554432)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lt"), [(torch.bfloat16, True), (torch.float16, True), (torch.float32, False)]
+)
+def test_preferred_cublaslt_takes_16_bit_gemv_as_a_gemm(dtype, lt):
+    # CUDABlas.cpp: gemv<at::Half>/<at::BFloat16> call gemm<>, cuBLASLt's under the preference;
+    # cublasSgemv takes the handle's workspace only
+    def setup():
+        return torch.empty(512, 256, device="cuda", dtype=dtype), torch.empty(256, device="cuda", dtype=dtype)
+
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        got = _extra(torch.mv, setup)
+    finally:
+        torch.backends.cuda.preferred_blas_library("cublas")
+    assert got == ((2, 33554432 + 1048576) if lt else (1, 33554432))
+
+
 def _fp8_operands():
     """A (64, 128) by (128, 256) float8 product's operands and tensorwise scales."""
     a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)

@@ -17,7 +17,7 @@ import types
 
 import torch
 
-from ._kernels.matmul import _batch_needs_copy, _matrix_needs_copy, addmm_uses_lt
+from ._kernels.matmul import _batch_needs_copy, _matrix_needs_copy, addmm_uses_lt, cublaslt_preferred
 
 _OP = "inductor::pad_mm_benchmark"
 
@@ -211,7 +211,7 @@ def benchmark(cap, pad_mm, match, mat1, mat2, op, input, seen: dict) -> bool | N
             for t in (b, a)
             if t is not None and needs_copy(_Strided(realize_symbols(t.shape), realize_symbols(t.stride())))
         ]
-        cap.blas(name, dtype, lt)
+        cap.blas(name, dtype, lt or cublaslt_preferred())
         del copies
 
     def orig() -> None:

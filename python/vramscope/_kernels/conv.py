@@ -13,6 +13,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from .._tensor import registered
+from .matmul import cublaslt_preferred
 from .reduce import _acc_bytes, reduce_scratch
 from .registry import DISPATCH, FUNCTIONS, SCRATCH_UNMODELLED, TRACED_AS_OWN
 from .typenames import tensor_type_string
@@ -534,7 +535,7 @@ def _slow_conv2d_forward(cap, func, args, conv):
     w_c = _copy_unless_in(cap, w, False)
     out = cap.track(_contiguous_result(func(*args)), "aten::_slow_conv2d_forward")
     cols = _slow_2d_columns(cap, x, w, conv, always=False)
-    cap.blas("slow_conv2d", x.dtype, False)
+    cap.blas("slow_conv2d", x.dtype, cublaslt_preferred())
     del cols, w_c, x_c
     return out
 
@@ -554,14 +555,14 @@ def _slow_conv2d_backward(cap, grad, x, w, conv, mask, gi, gw, gb):
     if mask[0] and gi is not None:
         gi = cap.track(_contiguous_result(gi), "aten::_slow_conv2d_backward (input)")
         cols = _slow_2d_columns(cap, x, w, conv, always=True)
-        cap.blas("slow_conv2d", x.dtype, False)
+        cap.blas("slow_conv2d", x.dtype, cublaslt_preferred())
     grad_seen = grad if g_c is None else torch.empty(grad.shape, dtype=grad.dtype, device="meta")
     gb = _conv_grad_bias(cap, grad_seen, gb, mask)
     if mask[1] and gw is not None:
         gw = cap.track(_contiguous_result(gw), "aten::_slow_conv2d_backward (weight)")
         if cols is None:
             cols = _slow_2d_columns(cap, x, w, conv, always=True)
-        cap.blas("slow_conv2d", x.dtype, False)
+        cap.blas("slow_conv2d", x.dtype, cublaslt_preferred())
     del cols, g_c, w_c, x_c
     return gi, gw, gb
 

@@ -168,6 +168,17 @@ def tunable_bgemm(b1, b2, result):
     return (op, params), (size_c, size_a, size_b)
 
 
+def cublaslt_preferred() -> bool:
+    """`torch.backends.cuda.preferred_blas_library("cublaslt")`: `gemm_internal` and `bgemm_internal`
+    (CUDABlas.cpp) run every GEMM, of every dtype, through `bgemm_internal_cublaslt`, which takes
+    `getCurrentCUDABlasLtHandle()` and cuBLASLt's own workspace (`CublasLtWorkspace`) as
+    `gemm_and_bias` does; `gemm_tunable`/`bgemm_tunable` (TunableOp on) do not ask."""
+    return (
+        torch._C._get_blas_preferred_backend() == torch._C._BlasBackend.Cublaslt
+        and not torch._C._cuda_tunableop_is_enabled()
+    )
+
+
 def _gemm_2d(cap, op: str, mat1, mat2, lt: bool, result=None) -> None:
     """`cublasCommonArgs(mat1, mat2, result)`: `mata` from `mat2`, then
     `matb` from `mat1`; the gemm (through TunableOp when it is on: `gemm` or, on the cuBLASLt
@@ -181,7 +192,7 @@ def _gemm_2d(cap, op: str, mat1, mat2, lt: bool, result=None) -> None:
         tune = tunable_gemm("GemmAndBiasTunableOp" if lt else "GemmTunableOp", mat1, mat2, result)
     # CUDABlas.cpp's gemm (and cuBLASLt's gemm_and_bias) first alerts under deterministic algorithms
     cap.cublas_alert()
-    cap.blas(op, mat1.dtype, lt, tune)
+    cap.blas(op, mat1.dtype, lt or cublaslt_preferred(), tune)
     del b, a, c
 
 
@@ -254,7 +265,7 @@ def _bmm(cap, func, call, outs):
         if torch._C._cuda_tunableop_is_enabled():
             tune = tunable_bgemm(b1, b2, outs[0])
         cap.cublas_alert()  # bgemm's, as gemm's
-        cap.blas("bmm", b1.dtype, False, tune)
+        cap.blas("bmm", b1.dtype, cublaslt_preferred(), tune)
         del b, a, c
 
 
@@ -275,7 +286,9 @@ def _gemv(cap, func, call, outs):
         return
     v, m = _gemv_operands(cap, mat, vec)
     cap.cublas_alert()  # gemv's, as gemm's
-    cap.blas("mv", mat.dtype, False)
+    # CUDABlas.cpp: `gemv<at::Half>` and `gemv<at::BFloat16>` are a one-row `gemm`, cuBLASLt's when
+    # it is preferred; the other dtypes call `cublas<t>gemv`
+    cap.blas("mv", mat.dtype, mat.dtype in (torch.float16, torch.bfloat16) and cublaslt_preferred())
     del m, v
 
 
