@@ -9,7 +9,7 @@ allocations (A) and frees (F) since the previous line, in MiB, then reserved and
 
     FA73 <n> <what> reserved=<bytes> frees=<num_device_free> segs: A94 A2 F72 ...
 
-    python3 probes/fa73_lv01_gc_threshold_segment_trace_probe.py        (from validation/run; < 30 s, < 9 GB)"""
+    python3 probes/fa73_lv01_gc_threshold_segment_trace_probe.py         (validation/run; < 30 s, < 9 GB)"""
 
 import gc
 import glob
@@ -18,7 +18,7 @@ import runpy
 
 # the script's own setting, before torch is imported (the history call below starts the allocator)
 os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "garbage_collection_threshold:0.5,max_split_size_mb:96"
-import torch  # noqa: E402
+import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = glob.glob(os.path.join(HERE, "..", "blind333", "lv01_*.py"))[0]
