@@ -14,6 +14,7 @@ from .._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 from .._tensor import registered, tensors_in
 from .host import _d2h_staging
 from .registry import DISPATCH, FUNCTIONS
+from .storage import takes_inference_tensor
 
 aten = torch.ops.aten
 
@@ -402,7 +403,9 @@ def module_apply(original):
     def compatible(t, applied):
         if from_meta(t, applied):
             return False
-        return True if in_place(t, applied) else real_compatible(t, applied)
+        if in_place(t, applied) or takes_inference_tensor(t, applied):
+            return True
+        return real_compatible(t, applied)
 
     def run(self, fn, recurse=True):
         if depth[0]:

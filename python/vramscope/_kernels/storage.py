@@ -38,6 +38,23 @@ def _swap_tensors_unchecked(t1, t2):
     torch._C._swap_tensor_impl(t1, t2)
 
 
+def takes_inference_tensor(var, new) -> bool:
+    """Whether `var.data = new` gives a simulated tensor a simulated inference tensor (`module.half()`
+    under inference_mode: `_apply`'s `param.data = fn(param)`). On the GPU both are dense CUDA
+    tensors, which `has_compatible_shallow_copy_type` (c10/core/TensorImpl.h) lets through whatever
+    their key sets; as meta tensors they must have equal key sets, and an inference tensor's lacks
+    the autograd keys."""
+    return (
+        isinstance(new, torch.Tensor)
+        and registered(var)
+        and registered(new)
+        and new.is_inference()
+        and not var.is_inference()
+        and var.layout == torch.strided
+        and new.layout == torch.strided
+    )
+
+
 def _set_data(cap, func, args, kwargs):
     """`var.data = new` (`VariableHooks::set_data`): the variable keeps its identity and autograd
     state and takes `new`'s tensor. On the GPU a CPU variable may take a CUDA tensor (dense CPU
@@ -66,6 +83,18 @@ def _set_data(cap, func, args, kwargs):
             stand_in.set_()
         del stand_in
         return func(var, new)
+    if takes_inference_tensor(var, new):
+        # the variable takes a plain alias of the inference tensor's storage, whose key set is its
+        # own: the same storage and layout, so the old storage dies as on the GPU (there the
+        # variable also becomes an inference tensor, `shallow_copy_from` copying the key set)
+        cap.genuine_meta += 1
+        try:
+            with torch.inference_mode(False), torch.no_grad():
+                alias = torch.empty(0, dtype=new.dtype, device="meta")
+                alias.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
+        finally:
+            cap.genuine_meta -= 1
+        return func(var, alias)
     if (
         not isinstance(var, torch.Tensor)
         or not isinstance(new, torch.Tensor)
