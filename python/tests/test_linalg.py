@@ -808,6 +808,27 @@ def test_eigh_of_3_by_3_batches_takes_the_workspace_the_h100_measured(batch, dty
     assert not cap.unmeasured
 
 
+_LU72 = "lu72_blind332_eigh_batched_workspace_probe_h100.txt"
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((48, 257, 4, 4), torch.complex64), ((2, 4, 4), torch.complex64), ((4096, 4, 4), torch.complex64)]
+    + [((1024, n, n), torch.complex64) for n in (2, 3, 4, 8, 32)]
+    + [((1024, 4, 4), dt) for dt in (torch.float32, torch.float64, torch.complex128)],
+)
+def test_batched_eigh_takes_the_workspace_of_the_h100s_lu72_lines(shape, dtype):
+    # lu72_blind332_eigh_batched_workspace_probe's H100 events (blind332/lu04's 12,336 4 x 4 complex64
+    # noise covariances and the grid around them): vectors, values, infos, the batched solver's one
+    # workspace, check_errors' byte
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(*shape, device="cuda", dtype=dtype)
+        _, counts = counted(lambda: torch.linalg.eigh(a))
+        allocs = [n for action, n in probe_events(_LU72, f"eigh {shape} {dtype}") if action == "alloc"]
+        assert counts == (len(allocs), sum(allocs))
+    assert not cap.unmeasured
+
+
 _LK70 = "lk70_blind322_workspaces_probe_h100.txt"
 _LP71 = "lp71_blind327_svd_lowrank_qr_workspaces_probe_h100.txt"
 
