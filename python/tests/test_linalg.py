@@ -438,6 +438,40 @@ def test_cholesky_solve_clones_both_operands():
         assert not any("cholesky_solve" in k for k in cap.unmeasured)
 
 
+@pytest.mark.parametrize(
+    ("n", "dtype", "batch", "nrhs", "raises"),
+    [
+        (6144, torch.float64, 4, 1, True),  # blind334/lw04 on session 73's H100
+        (6016, torch.float64, 2, 1, False),
+        (6017, torch.float64, 2, 1, True),
+        (12160, torch.float32, 2, 1, False),  # pytorch#38603: float32 works to 12,160
+        (12161, torch.float32, 2, 1, True),
+        (2944, torch.complex128, 2, 1, False),
+        (2945, torch.complex128, 2, 1, True),
+        (6144, torch.float64, 4, 2, False),  # more right-hand sides: trsm, no whole-n shared buffer
+        (6144, torch.float64, 1, 1, False),  # one system: cuSOLVER's potrs
+    ],
+)
+def test_magma_batched_cholesky_solve_of_one_rhs_raises_past_its_shared_memory(n, dtype, batch, nrhs, raises):
+    # MAGMA 2.6.1's potrs_batched, nrhs 1: two trsv_outofplace_batched launches of (n + 128) elements
+    # of shared memory a block; past 48 KiB CUDA refuses the launch ("invalid argument"), the two
+    # working copies freed by the unwinding (their peak stays)
+    with vramscope.capture(gpu="h100"):
+        L = torch.empty(batch, n, n, device="cuda", dtype=dtype)
+        b = torch.empty(n, nrhs, device="cuda", dtype=dtype).expand(batch, n, nrhs)
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        if not raises:
+            torch.cholesky_solve(b, L)
+            return
+        with pytest.raises(torch.AcceleratorError, match="CUDA error: invalid argument"):
+            torch.cholesky_solve(b, L)
+        assert torch.cuda.memory_allocated() == before
+        size = torch.empty((), dtype=dtype).element_size()
+        copies = -(-batch * n * nrhs * size // 512) * 512 + batch * n * n * size
+        assert torch.cuda.max_memory_allocated() - before >= copies
+
+
 def test_cdist_takes_the_cublas_workspace_of_its_product():
     with vramscope.capture(gpu="h200"):
         x = torch.empty(4096, 8, device="cuda", dtype=torch.float64)

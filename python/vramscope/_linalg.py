@@ -33,7 +33,7 @@ import os
 import torch
 
 from ._gesvdj import gesvdj_lwork_bounds
-from ._kernels import AFTER, DISPATCH, SCRATCH_UNMODELLED, reduce_scratch
+from ._kernels import AFTER, DISPATCH, SCRATCH_UNMODELLED, cuda_error, reduce_scratch
 from ._tensor import assumed, registered, set_value, tensors_in, value
 
 aten = torch.ops.aten
@@ -1031,6 +1031,23 @@ def _has_forward_grad(t) -> bool:
     return fwad._current_level >= 0 and fwad.unpack_dual(t).tangent is not None
 
 
+#: The bytes of shared memory a block may take without opting in (48 KiB): MAGMA 2.6.1's (torch 2.11's,
+#: .ci/magma/build_magma.sh) `magma_<t>potrs_batched` of one right-hand side runs two
+#: `magmablas_<t>trsv_outofplace_batched` over the whole n, each block holding the solution in
+#: `shmem = n * sizeof(T)` bytes of dynamic shared memory beside `gemv_template_device`'s static
+#: `sdata[DIM_X * DIM_Y]` (128 elements: 128 x 1 and 16 x 8 threads); a launch past the limit fails with
+#: cudaErrorInvalidValue, raised by the `AT_CUDA_CHECK(cudaGetLastError())` after
+#: `magmaCholeskySolveBatched`. float32 of 12,161 rows and up (pytorch#38603, MAGMA 2.5.2), float64 of
+#: 6,144 on session 73's H100 (blind334/lw04)
+_MAGMA_TRSV_SHARED_BYTES = 48 * 1024
+_MAGMA_TRSV_STATIC_ELEMENTS = 128
+
+
+def _magma_trsv_launch_fails(n: int, itemsize: int) -> bool:
+    """Whether MAGMA's batched trsv of n rows asks for more shared memory than a block may take."""
+    return (n + _MAGMA_TRSV_STATIC_ELEMENTS) * itemsize > _MAGMA_TRSV_SHARED_BYTES
+
+
 def _cholesky_solve(cap, func, args, kwargs):
     """`cholesky_solve(B, L)` on CUDA (BatchLinearAlgebra.cpp): both operands broadcast to their
     common batch (views), then `_cholesky_solve_helper_cuda`. A single system (or the cuSOLVER
@@ -1059,6 +1076,15 @@ def _cholesky_solve(cap, func, args, kwargs):
         b_pointers = cap.malloc(8 * batch, op, "temporary")
         a_pointers = cap.malloc(8 * batch, op, "temporary")
         del a_pointers, b_pointers
+    elif (
+        not cusolver
+        and out.dim() > 2
+        and out.size(-1) == 1
+        and _magma_trsv_launch_fails(out.size(-2), out.element_size())
+    ):
+        # the two working copies die in the unwinding, before the error reaches Python
+        del a_copy, out
+        raise torch.AcceleratorError(cuda_error("invalid argument"))
     del a_copy, infos
     return out
 
