@@ -863,6 +863,14 @@ def test_batched_eigh_takes_the_workspace_of_the_h100s_lu72_lines(shape, dtype):
     assert not cap.unmeasured
 
 
+def test_batched_eigh_past_the_measured_workspaces_is_named_unmeasured():
+    # lk70's 65,536 3 x 3 float32 (4.45e9 workspace elements) raised CUSOLVER_STATUS_INTERNAL_ERROR on
+    # the H100; past 2^31 elements the closed form is not taken
+    with vramscope.capture(gpu="h100") as cap:
+        torch.linalg.eigh(torch.empty(65536, 3, 3, device="cuda"))
+    assert any("syevjBatched" in k for k in cap.unmeasured)
+
+
 _LK70 = "lk70_blind322_workspaces_probe_h100.txt"
 _LP71 = "lp71_blind327_svd_lowrank_qr_workspaces_probe_h100.txt"
 

@@ -70,13 +70,16 @@ def syevj_batched_workspace_bytes(n: int, batch: int, dtype):
     with c 64 (float32), 48 (float64, complex64) or 40 (complex128) elements, plus a piece of 5
     elements a matrix rounded up to 256 bytes. Exact at all 18 H100 lines measured: kx69 (16 x 16,
     512 and 2,048 matrices), lk70 (3 x 3, 1,024 and 8,192) and lu72_blind332_eigh_batched_workspace
-    (n = 2, 3, 4, 8, 32 and 2 to 12,336 matrices, all four dtypes); None for a dtype not measured."""
+    (n = 2, 3, 4, 8, 32 and 2 to 12,336 matrices, all four dtypes). None for a dtype not measured and
+    past 2^31 elements (the largest measured is lu04's 846,940,480; lk70's 65,536 3 x 3 float32, 4.45e9,
+    raised CUSOLVER_STATUS_INTERNAL_ERROR on the H100: where between them it starts to is not known)."""
     const = _SYEVJ_BATCHED_CONSTANT.get(dtype)
-    if const is None:
+    lwork = batch * (65540 + 767 * n + 3 * n * n) + (const or 0)
+    if const is None or lwork >= 2**31:
         return None
     size = torch.empty((), dtype=dtype, device="meta").element_size()
     piece = 5 * size * batch
-    return size * (batch * (65540 + 767 * n + 3 * n * n) + const) + -(-piece // 256) * 256 - piece
+    return size * lwork + -(-piece // 256) * 256 - piece
 
 
 def potrf_workspace_bytes(n: int) -> int:
