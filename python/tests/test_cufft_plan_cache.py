@@ -135,3 +135,19 @@ def test_padded_2d_real_plans_of_1054_take_a_half_spectrum_work_area_an_item(bat
         if batch == (16, 3):
             peak, _ = _peak_above(torch.fft.rfft2, x)
             assert peak == 201_719_808
+
+
+def test_blind334_plans_take_the_work_areas_of_the_h100s_lw72_lines(capsys):
+    # lw72_blind334_cufft_plans_probe on the H100 (its 14 cases in order, a fresh plan cache each):
+    # the 1-D plans of 160,000 (blind334/lw03's Hilbert envelopes) take a work area (r2c a
+    # half-spectrum an item, c2c a complex signal); lw01's float64 512/128, lw03's stft and lw05's
+    # 128 x 128 plans none
+    import runpy
+
+    from conftest import ROOT
+
+    probes = ROOT / "validation/run/probes"
+    with vramscope.capture():
+        runpy.run_path(str(probes / "lw72_blind334_cufft_plans_probe.py"))
+    got = capsys.readouterr().out.splitlines()
+    assert got == (probes / "lw72_blind334_cufft_plans_probe_h100.txt").read_text().splitlines()

@@ -438,6 +438,40 @@ def test_cholesky_solve_clones_both_operands():
         assert not any("cholesky_solve" in k for k in cap.unmeasured)
 
 
+@pytest.mark.parametrize(
+    ("n", "dtype", "batch", "nrhs", "raises"),
+    [
+        (6144, torch.float64, 4, 1, True),  # blind334/lw04 on session 73's H100
+        (6016, torch.float64, 2, 1, False),
+        (6017, torch.float64, 2, 1, True),
+        (12160, torch.float32, 2, 1, False),  # pytorch#38603: float32 works to 12,160
+        (12161, torch.float32, 2, 1, True),
+        (2944, torch.complex128, 2, 1, False),
+        (2945, torch.complex128, 2, 1, True),
+        (6144, torch.float64, 4, 2, False),  # more right-hand sides: trsm, no whole-n shared buffer
+        (6144, torch.float64, 1, 1, False),  # one system: cuSOLVER's potrs
+    ],
+)
+def test_magma_batched_cholesky_solve_of_one_rhs_raises_past_its_shared_memory(n, dtype, batch, nrhs, raises):
+    # MAGMA 2.6.1's potrs_batched, nrhs 1: two trsv_outofplace_batched launches of (n + 128) elements
+    # of shared memory a block; past 48 KiB CUDA refuses the launch ("invalid argument"), the two
+    # working copies freed by the unwinding (their peak stays)
+    with vramscope.capture(gpu="h100"):
+        L = torch.empty(batch, n, n, device="cuda", dtype=dtype)
+        b = torch.empty(n, nrhs, device="cuda", dtype=dtype).expand(batch, n, nrhs)
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        if not raises:
+            torch.cholesky_solve(b, L)
+            return
+        with pytest.raises(torch.AcceleratorError, match="CUDA error: invalid argument"):
+            torch.cholesky_solve(b, L)
+        assert torch.cuda.memory_allocated() == before
+        size = torch.empty((), dtype=dtype).element_size()
+        copies = -(-batch * n * nrhs * size // 512) * 512 + batch * n * n * size
+        assert torch.cuda.max_memory_allocated() - before >= copies
+
+
 def test_cdist_takes_the_cublas_workspace_of_its_product():
     with vramscope.capture(gpu="h200"):
         x = torch.empty(4096, 8, device="cuda", dtype=torch.float64)
@@ -806,6 +840,35 @@ def test_eigh_of_3_by_3_batches_takes_the_workspace_the_h100_measured(batch, dty
         _, counts = counted(lambda: torch.linalg.eigh(a))
         assert counts == (5, batch * (9 + 3) * a.element_size() + batch * 4 + work + 1)
     assert not cap.unmeasured
+
+
+_LU72 = "lu72_blind332_eigh_batched_workspace_probe_h100.txt"
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((48, 257, 4, 4), torch.complex64), ((2, 4, 4), torch.complex64), ((4096, 4, 4), torch.complex64)]
+    + [((1024, n, n), torch.complex64) for n in (2, 3, 4, 8, 32)]
+    + [((1024, 4, 4), dt) for dt in (torch.float32, torch.float64, torch.complex128)],
+)
+def test_batched_eigh_takes_the_workspace_of_the_h100s_lu72_lines(shape, dtype):
+    # lu72_blind332_eigh_batched_workspace_probe's H100 events (blind332/lu04's 12,336 4 x 4 complex64
+    # noise covariances and the grid around them): vectors, values, infos, the batched solver's one
+    # workspace, check_errors' byte
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(*shape, device="cuda", dtype=dtype)
+        _, counts = counted(lambda: torch.linalg.eigh(a))
+        allocs = [n for action, n in probe_events(_LU72, f"eigh {shape} {dtype}") if action == "alloc"]
+        assert counts == (len(allocs), sum(allocs))
+    assert not cap.unmeasured
+
+
+def test_batched_eigh_past_the_measured_workspaces_is_named_unmeasured():
+    # lk70's 65,536 3 x 3 float32 (4.45e9 workspace elements) raised CUSOLVER_STATUS_INTERNAL_ERROR on
+    # the H100; past 2^31 elements the closed form is not taken
+    with vramscope.capture(gpu="h100") as cap:
+        torch.linalg.eigh(torch.empty(65536, 3, 3, device="cuda"))
+    assert any("syevjBatched" in k for k in cap.unmeasured)
 
 
 _LK70 = "lk70_blind322_workspaces_probe_h100.txt"

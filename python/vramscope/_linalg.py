@@ -33,7 +33,7 @@ import os
 import torch
 
 from ._gesvdj import gesvdj_lwork_bounds
-from ._kernels import AFTER, DISPATCH, SCRATCH_UNMODELLED, reduce_scratch
+from ._kernels import AFTER, DISPATCH, SCRATCH_UNMODELLED, cuda_error, reduce_scratch
 from ._tensor import assumed, registered, set_value, tensors_in, value
 
 aten = torch.ops.aten
@@ -59,23 +59,27 @@ WORKSPACE = {
 }
 
 
-#: `cusolverDn<t>syevjBatched_bufferSize`'s device bytes (`sizeof(scalar_t) * lwork`, allocated once
-#: for the batch by `apply_syevj_batched`) by (n, batch, dtype), as an H100 measured them
-#: (kx69_blind309_workspaces_probe: blind309/kx04's MUSIC covariances; lwork is 78,580 elements a
-#: 16 x 16 matrix plus 40 for complex128, 48 for float64 and complex64)
-SYEVJ_BATCHED_WORKSPACE = {
-    (16, 2048, torch.complex128): 2_574_910_080,
-    (16, 512, torch.complex128): 643_728_000,
-    (16, 2048, torch.float64): 1_287_455_104,
-    (16, 2048, torch.complex64): 1_287_455_104,
-    # lk70_blind322_workspaces_probe on an H100 (blind322/lk04's normals: 8 x 1,024 3 x 3 covariances;
-    # torch 2.11's batched path there is cusolverDnXsyevBatched, named by the probe's error at 65,536
-    # matrices): 271,472 bytes a 3 x 3 float32 matrix plus 256
-    (3, 8192, torch.float32): 2_223_898_880,
-    (3, 1024, torch.float32): 277_987_584,
-    # lk70_blind322_fft_probe on an H100: 8,192 3 x 3 float64
-    (3, 8192, torch.float64): 4_447_797_632,
-}
+#: `syevj_batched_workspace_bytes`' constant elements by dtype (the H100 lines below)
+_SYEVJ_BATCHED_CONSTANT = {torch.float32: 64, torch.float64: 48, torch.complex64: 48, torch.complex128: 40}
+
+
+def syevj_batched_workspace_bytes(n: int, batch: int, dtype):
+    """The device bytes of torch 2.11's batched eigh workspace (cusolverDnXsyevBatched, named by
+    lk70_blind322_workspaces_probe's error at 65,536 matrices; `apply_syevj_batched` allocates it once
+    for the batch) for `batch` n x n matrices, n <= 32: itemsize x (batch (65,540 + 767 n + 3 n^2) + c)
+    with c 64 (float32), 48 (float64, complex64) or 40 (complex128) elements, plus a piece of 5
+    elements a matrix rounded up to 256 bytes. Exact at all 18 H100 lines measured: kx69 (16 x 16,
+    512 and 2,048 matrices), lk70 (3 x 3, 1,024 and 8,192) and lu72_blind332_eigh_batched_workspace
+    (n = 2, 3, 4, 8, 32 and 2 to 12,336 matrices, all four dtypes). None for a dtype not measured and
+    past 2^31 elements (the largest measured is lu04's 846,940,480; lk70's 65,536 3 x 3 float32, 4.45e9,
+    raised CUSOLVER_STATUS_INTERNAL_ERROR on the H100: where between them it starts to is not known)."""
+    const = _SYEVJ_BATCHED_CONSTANT.get(dtype)
+    lwork = batch * (65540 + 767 * n + 3 * n * n) + (const or 0)
+    if const is None or lwork >= 2**31:
+        return None
+    size = torch.empty((), dtype=dtype, device="meta").element_size()
+    piece = 5 * size * batch
+    return size * lwork + -(-piece // 256) * 256 - piece
 
 
 def potrf_workspace_bytes(n: int) -> int:
@@ -164,7 +168,7 @@ def _linalg_eigh(cap, func, args, kwargs):
     n = a.size(-1)
     routine = _eigh_routine(a)
     if routine == "syevjBatched":
-        nbytes = SYEVJ_BATCHED_WORKSPACE.get((n, batch, a.dtype))
+        nbytes = syevj_batched_workspace_bytes(n, batch, a.dtype)
         if nbytes is None:
             cap.note_unmeasured(f"{op}'s cuSOLVER syevjBatched workspace ({batch} x {n} x {n}, {a.dtype})")
             work = None
@@ -1030,6 +1034,23 @@ def _has_forward_grad(t) -> bool:
     return fwad._current_level >= 0 and fwad.unpack_dual(t).tangent is not None
 
 
+#: The bytes of shared memory a block may take without opting in (48 KiB): MAGMA 2.6.1's (torch 2.11's,
+#: .ci/magma/build_magma.sh) `magma_<t>potrs_batched` of one right-hand side runs two
+#: `magmablas_<t>trsv_outofplace_batched` over the whole n, each block holding the solution in
+#: `shmem = n * sizeof(T)` bytes of dynamic shared memory beside `gemv_template_device`'s static
+#: `sdata[DIM_X * DIM_Y]` (128 elements: 128 x 1 and 16 x 8 threads); a launch past the limit fails with
+#: cudaErrorInvalidValue, raised by the `AT_CUDA_CHECK(cudaGetLastError())` after
+#: `magmaCholeskySolveBatched`. float32 of 12,161 rows and up (pytorch#38603, MAGMA 2.5.2), float64 of
+#: 6,144 on session 73's H100 (blind334/lw04)
+_MAGMA_TRSV_SHARED_BYTES = 48 * 1024
+_MAGMA_TRSV_STATIC_ELEMENTS = 128
+
+
+def _magma_trsv_launch_fails(n: int, itemsize: int) -> bool:
+    """Whether MAGMA's batched trsv of n rows asks for more shared memory than a block may take."""
+    return (n + _MAGMA_TRSV_STATIC_ELEMENTS) * itemsize > _MAGMA_TRSV_SHARED_BYTES
+
+
 def _cholesky_solve(cap, func, args, kwargs):
     """`cholesky_solve(B, L)` on CUDA (BatchLinearAlgebra.cpp): both operands broadcast to their
     common batch (views), then `_cholesky_solve_helper_cuda`. A single system (or the cuSOLVER
@@ -1058,6 +1079,15 @@ def _cholesky_solve(cap, func, args, kwargs):
         b_pointers = cap.malloc(8 * batch, op, "temporary")
         a_pointers = cap.malloc(8 * batch, op, "temporary")
         del a_pointers, b_pointers
+    elif (
+        not cusolver
+        and out.dim() > 2
+        and out.size(-1) == 1
+        and _magma_trsv_launch_fails(out.size(-2), out.element_size())
+    ):
+        # the two working copies die in the unwinding, before the error reaches Python
+        del a_copy, out
+        raise torch.AcceleratorError(cuda_error("invalid argument"))
     del a_copy, infos
     return out
 

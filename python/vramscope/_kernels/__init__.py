@@ -35,7 +35,7 @@ from . import (
     spatial,
     storage,
 )
-from .asserts import DEVICE_ASSERT, INDEX_BOUNDS, index_out_of_range
+from .asserts import DEVICE_ASSERT, INDEX_BOUNDS, cuda_error, index_out_of_range
 from .composite import _accumulate, dropout, linear, module_apply, prims_on_meta
 from .conv import (
     SAVED_PENDING,
@@ -107,6 +107,7 @@ __all__ = [
     "check_known",
     "composite",
     "conv",
+    "cuda_error",
     "dropout",
     "embedding",
     "fft",

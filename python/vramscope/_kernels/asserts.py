@@ -37,13 +37,20 @@ INDEX_BOUNDS = {
     aten.nll_loss2d_forward.default: lambda a: [(a[1], a[0].shape[1], False, a[4])],
 }
 
+
+def cuda_error(what: str) -> str:
+    """The message of c10's CUDA error check (`c10_cuda_check_implementation`) for the error `what`,
+    with its hints."""
+    return (
+        f"CUDA error: {what}\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    )
+
+
 #: what CUDA reports after a kernel's failed assert (c10's CUDA error check and its hints)
-DEVICE_ASSERT = (
-    "CUDA error: device-side assert triggered\n"
-    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
-    "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
-    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
-)
+DEVICE_ASSERT = cuda_error("device-side assert triggered")
 
 
 def without_broadcast_dims(v: torch.Tensor) -> torch.Tensor:

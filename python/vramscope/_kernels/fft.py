@@ -52,6 +52,12 @@ _CUFFT_WORKSPACE = {
     # complex) an item at batch 1, 12 and 48; those of 1,024 x 1,024 none
     ("r2c", torch.float32, (1054, 1054)): 4_452_096,
     ("c2r", torch.float32, (1054, 1054)): 4_452_096,
+    # lw72_blind334_cufft_plans_probe (H100, blind334/lw03's Hilbert envelopes of 160,000 = 2^8 x 5^4
+    # samples at batch 16): the 1-D real-to-complex plan one half-spectrum (80,001 complex) an item,
+    # the complex-to-complex one one complex signal; its r2c/c2r of 512 and 128 (float64), stft's 1,024
+    # and 2-D 128 x 128 (float32) none
+    ("r2c", torch.float32, (160000,)): 640_008,
+    ("c2c", torch.float32, (160000,)): 1_280_000,
 }
 
 #: cuFFT's work area where a plan's batch has a figure of its own (the same probes, by transform,
