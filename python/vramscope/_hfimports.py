@@ -186,7 +186,8 @@ def _with_kept_distributions(module, run) -> None:
     """Run `module`'s code (transformers/utils/import_utils.py, whose
     `PACKAGE_DISTRIBUTION_MAPPING = importlib.metadata.packages_distributions()` reads every
     installed distribution's files: 0.55 s of its import on the H100 machine's 197
-    distributions, session 73) with that function served from the cache (`kept_distributions`)."""
+    distributions; docs/performance.md) with that function served from the cache
+    (`kept_distributions`)."""
     import importlib.metadata as md
 
     real = md.packages_distributions
@@ -194,12 +195,19 @@ def _with_kept_distributions(module, run) -> None:
     def packages_distributions():
         return kept_distributions(real)
 
-    md.packages_distributions = packages_distributions
+    _swapped(md, "packages_distributions", packages_distributions, run)
+
+
+def _swapped(owner, name: str, value, run) -> None:
+    """`run()` with `owner.name` set to `value`; then the former value is put back, unless
+    something else replaced `value` meanwhile."""
+    real = getattr(owner, name)
+    setattr(owner, name, value)
     try:
         run()
     finally:
-        if md.packages_distributions is packages_distributions:
-            md.packages_distributions = real
+        if getattr(owner, name) is value:
+            setattr(owner, name, real)
 
 
 def _patch(module) -> None:
@@ -244,7 +252,7 @@ def _patch_quietly(module) -> None:
 #: machine with scikit-learn installed (the GPU machine) pays for `sklearn.metrics` (scipy,
 #: pandas, joblib) in every script that uses a model: 0.9 to 1.4 s of CPU in a `vramscope run` of
 #: benches/llama8b_train_step.py on one core of the dev machine, 1.8 s in a plain run of its
-#: imports (`-X importtime`; docs/performance.md, session 73).
+#: imports (`-X importtime`; docs/performance.md).
 DEFERRED = {
     "transformers.generation.candidate_generator": ("sklearn.metrics", ("roc_curve",)),
     **{
@@ -296,12 +304,7 @@ def _defer(module, run) -> None:
             return types.SimpleNamespace(**{n: _deferred(library, n, namespace) for n in fromlist})
         return real(name, globals, locals, fromlist, level)
 
-    builtins.__import__ = import_
-    try:
-        run()
-    finally:
-        if builtins.__import__ is import_:
-            builtins.__import__ = real
+    _swapped(builtins, "__import__", import_, run)
 
 
 def install() -> None:
