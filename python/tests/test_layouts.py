@@ -504,6 +504,26 @@ def test_preferred_blas_library_cublaslt_runs_every_gemm_on_the_cublaslt_workspa
     assert _extra(run, setup) == (1, 33554432)
 
 
+def test_preferred_cublaslt_runs_slow_conv2d_s_gemms_on_the_cublaslt_workspace():
+    # cudnn disabled: cuda/ConvolutionMM2d.cu's gemm a sample is `at::cuda::blas::gemm`, which
+    # `gemm_internal` (CUDABlas.cpp) sends to cuBLASLt under the preference: its 1 MiB workspace
+    # beside the handle's 32 MiB and the (C x kH x kW, oH x oW) columns
+    def setup():
+        return torch.empty(2, 16, 32, 32, device="cuda"), torch.empty(32, 16, 3, 3, device="cuda")
+
+    def conv(x, w):
+        with torch.backends.cudnn.flags(enabled=False):
+            return torch.nn.functional.conv2d(x, w, padding=1)
+
+    columns = 16 * 9 * 32 * 32 * 4
+    assert _extra(conv, setup) == (2, columns + 33554432)
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        assert _extra(conv, setup) == (3, columns + 33554432 + 1048576)
+    finally:
+        torch.backends.cuda.preferred_blas_library("cublas")
+
+
 @pytest.mark.parametrize(
     ("dtype", "lt"), [(torch.bfloat16, True), (torch.float16, True), (torch.float32, False)]
 )
