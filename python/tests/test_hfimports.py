@@ -253,3 +253,30 @@ def test_vramscope_run_gives_transformers_the_distributions(tmp_script):
         status, lines, _report, err = run_script(script)
         assert status == 0, err
         assert lines == ["True", "importlib.metadata"]
+
+
+def test_the_distributions_are_computed_where_another_finder_finds_distributions(tmp_path, monkeypatch):
+    # a `sys.meta_path` finder of distributions besides PathFinder (an import hook serving packages
+    # from elsewhere) adds to what `packages_distributions` reads beyond the listing: no cache
+    import importlib.metadata
+
+    class Extra:
+        def find_spec(self, *args):
+            return None
+
+        def find_distributions(self, *args):
+            return iter(())
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(_hfimports, "SETTLED_NS", -(10**10))
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Extra()])
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return importlib.metadata.packages_distributions()
+
+    for _ in range(2):
+        _hfimports.kept_distributions(compute)
+    assert len(calls) == 2
+    assert not (tmp_path / "cache").exists()
