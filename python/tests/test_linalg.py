@@ -441,7 +441,7 @@ def test_cholesky_solve_clones_both_operands():
 @pytest.mark.parametrize(
     ("n", "dtype", "batch", "nrhs", "raises"),
     [
-        (6144, torch.float64, 4, 1, True),  # blind334/lw04 on session 73's H100
+        (6144, torch.float64, 4, 1, True),  # blind334/lw04 on the H100 (fixtures/run/run_blind334_h100.jsonl)
         (6016, torch.float64, 2, 1, False),
         (6017, torch.float64, 2, 1, True),
         (12160, torch.float32, 2, 1, False),  # pytorch#38603: float32 works to 12,160

@@ -1041,7 +1041,7 @@ def _has_forward_grad(t) -> bool:
 #: `sdata[DIM_X * DIM_Y]` (128 elements: 128 x 1 and 16 x 8 threads); a launch past the limit fails with
 #: cudaErrorInvalidValue, raised by the `AT_CUDA_CHECK(cudaGetLastError())` after
 #: `magmaCholeskySolveBatched`. float32 of 12,161 rows and up (pytorch#38603, MAGMA 2.5.2), float64 of
-#: 6,144 on session 73's H100 (blind334/lw04)
+#: 6,144 on the H100 (fixtures/run/run_blind334_h100.jsonl, lw04's last phase)
 _MAGMA_TRSV_SHARED_BYTES = 48 * 1024
 _MAGMA_TRSV_STATIC_ELEMENTS = 128
 
