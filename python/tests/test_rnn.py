@@ -1151,35 +1151,43 @@ def test_unpacked_lstms_and_grus_past_400_steps_take_the_fitted_sizes():
     assert len(lines) == 16
 
 
+def _unidirectional_sweep_rows():
+    """The unidirectional problems without projection that ran in the two H200 sweeps
+    (fixtures/run/rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz)."""
+    import json
+    import lzma
+
+    from conftest import FIXTURES
+
+    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
+        for line in lzma.open(FIXTURES / "run" / name, "rt"):
+            r = json.loads(line)
+            if r.get("set") == "meta" or r.get("error") or r["proj_size"] or r["bidirectional"]:
+                continue
+            yield r
+
+
 def test_the_wavefront_steps_agree_with_the_sweeps_multi_layer_training():
     # every unpacked unidirectional multi-layer training problem of the two H200 sweeps
     # (rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz) where `_wavefront_steps` gives k and the
     # twin a workspace: the training workspace and the backward's exact or under by an alignment
     # padding (at most 324 bytes; the backward differs from the training forward's only for the
     # persistent small-hidden LSTMs, `_fitted_small_h`)
-    import json
-    import lzma
-
-    from conftest import FIXTURES
     from vramscope import _rnn
 
     seen = exact = 0
-    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
-        for line in lzma.open(FIXTURES / "run" / name, "rt"):
-            r = json.loads(line)
-            if r.get("set") == "meta" or r.get("error") or r["proj_size"] or r["bidirectional"]:
-                continue
-            b, s, layers = r["batch"], r["seq_length"], r["num_layers"]
-            if r["lengths"] is not None or layers < 2 or _rnn._wavefront_steps(b, s, layers) is None:
-                continue
-            args = (r["input_size"], r["hidden_size"], 0, layers, False, r["dropout"], True, b, s, b * s)
-            f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, False)
-            if f is None or f["workspace"] is None:
-                continue
-            assert 0 <= r["train_workspace"] - f["workspace"] <= 324
-            assert 0 <= r["backward_workspace"] - f["backward_workspace"] <= 324
-            seen += 1
-            exact += r["train_workspace"] == f["workspace"]
+    for r in _unidirectional_sweep_rows():
+        b, s, layers = r["batch"], r["seq_length"], r["num_layers"]
+        if r["lengths"] is not None or layers < 2 or _rnn._wavefront_steps(b, s, layers) is None:
+            continue
+        args = (r["input_size"], r["hidden_size"], 0, layers, False, r["dropout"], True, b, s, b * s)
+        f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, False)
+        if f is None or f["workspace"] is None:
+            continue
+        assert 0 <= r["train_workspace"] - f["workspace"] <= 324
+        assert 0 <= r["backward_workspace"] - f["backward_workspace"] <= 324
+        seen += 1
+        exact += r["train_workspace"] == f["workspace"]
     assert (seen, exact) == (1592, 1378)
 
 
@@ -1263,26 +1271,18 @@ def test_the_packed_training_form_agrees_with_the_sweeps():
     # every packed unidirectional LSTM and GRU training problem of the two H200 sweeps
     # (rnn_sweep_uni_h200.jsonl.xz, rnn_sweep_h200.jsonl.xz; 1 to 4 layers, any h and i, with and
     # without dropout): exact or under by an alignment padding (at most 110 bytes), the wide-input
-    # multi-layer ones (i + h > G*h) the former form left out among them
-    import json
-    import lzma
-
-    from conftest import FIXTURES
+    # multi-layer ones (i + h > G*h) among them
     from vramscope import _rnn
 
     seen = exact = 0
-    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
-        for line in lzma.open(FIXTURES / "run" / name, "rt"):
-            r = json.loads(line)
-            if r.get("set") == "meta" or r.get("error") or r["proj_size"] or r["bidirectional"]:
-                continue
-            if r["lengths"] is None or r["mode"] not in ("lstm", "gru"):
-                continue
-            args = (r["input_size"], r["hidden_size"], 0, r["num_layers"], False, r["dropout"], True)
-            shape = (r["batch"], r["seq_length"], sum(r["lengths"]))
-            f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, *shape, True)
-            assert 0 <= r["train_workspace"] - f["workspace"] <= 110
-            assert 0 <= r["backward_workspace"] - f["backward_workspace"] <= 110
-            seen += 1
-            exact += r["train_workspace"] == f["workspace"]
+    for r in _unidirectional_sweep_rows():
+        if r["lengths"] is None or r["mode"] not in ("lstm", "gru"):
+            continue
+        args = (r["input_size"], r["hidden_size"], 0, r["num_layers"], False, r["dropout"], True)
+        shape = (r["batch"], r["seq_length"], sum(r["lengths"]))
+        f = _rnn._fitted(_rnn.MODES[r["mode"]], getattr(torch, r["dtype"]), *args, *shape, True)
+        assert 0 <= r["train_workspace"] - f["workspace"] <= 110
+        assert 0 <= r["backward_workspace"] - f["backward_workspace"] <= 110
+        seen += 1
+        exact += r["train_workspace"] == f["workspace"]
     assert (seen, exact) == (1267, 1042)
