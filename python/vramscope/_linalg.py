@@ -67,9 +67,10 @@ def syevj_batched_workspace_bytes(n: int, batch: int, dtype):
     """The device bytes of torch 2.11's batched eigh workspace (cusolverDnXsyevBatched, named by
     lk70_blind322_workspaces_probe's error at 65,536 matrices; `apply_syevj_batched` allocates it once
     for the batch) for `batch` n x n matrices, n <= 32: itemsize x (batch (65,540 + 767 n + 3 n^2) + c)
-    with c 64 (float32), 48 (float64, complex64) or 40 (complex128) elements, plus a piece of 5
-    elements a matrix rounded up to 256 bytes. Exact at all 18 H100 lines measured: kx69 (16 x 16,
-    512 and 2,048 matrices), lk70 (3 x 3, 1,024 and 8,192) and lu72_blind332_eigh_batched_workspace
+    with c 64 (float32), 48 (float64, complex64) or 40 (complex128) elements, plus the padding (not
+    the piece) that rounds a piece of 5 elements a matrix up to 256 bytes. Exact at all 18 H100
+    lines measured: kx69 (16 x 16, 512 and 2,048 matrices), lk70 (3 x 3, 1,024 and 8,192) and
+    lu72_blind332_eigh_batched_workspace
     (n = 2, 3, 4, 8, 32 and 2 to 12,336 matrices, all four dtypes). None for a dtype not measured and
     past 2^31 elements (the largest measured is lu04's 846,940,480; lk70's 65,536 3 x 3 float32, 4.45e9,
     raised CUSOLVER_STATUS_INTERNAL_ERROR on the H100: where between them it starts to is not known)."""
