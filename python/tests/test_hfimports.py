@@ -280,3 +280,24 @@ def test_the_distributions_are_computed_where_another_finder_finds_distributions
         _hfimports.kept_distributions(compute)
     assert len(calls) == 2
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_library_the_program_imported_first_is_bound_as_it_is(tmp_path, monkeypatch):
+    # a script that imports sklearn before transformers: candidate_generator's `roc_curve` is
+    # sklearn's own function, as without `vramscope run`
+    from vramscope import _importhook
+
+    _heavy_library(tmp_path, "heavylib3_sp")
+    (tmp_path / "importer3_sp.py").write_text("from heavylib3_sp.metrics import roc_curve\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("importer3_sp", "heavylib3_sp", "heavylib3_sp.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delenv("HEAVYLIB3_SP_IMPORTS", raising=False)
+    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer3_sp": ("heavylib3_sp.metrics", ("roc_curve",))})
+    import heavylib3_sp.metrics
+
+    _importhook.around_import("importer3_sp", _hfimports._defer)
+    import importer3_sp
+
+    assert importer3_sp.roc_curve is heavylib3_sp.metrics.roc_curve
+    assert os.environ["HEAVYLIB3_SP_IMPORTS"] == "1"
