@@ -1638,6 +1638,19 @@ def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     assert any("bincount" in w for w in cap.warned)
 
 
+def test_bincount_makes_each_reductions_result_before_its_scratch():
+    # `_bincount_cuda`'s `self.min()` / `self.max()`: the 0-d result, then gpu_reduce_kernel's
+    # global buffer and semaphores, freed in reverse (blind328/lq05's H100 memory history,
+    # fixtures/run/history_lq05_s73_h100.pickle.xz: 8, 784 and 4 bytes for 800,000 int64s)
+    with vramscope.capture():
+        key = torch.empty(800_000, device="cuda").long()
+        torch.cuda.memory._record_memory_history()
+        torch.bincount(key, minlength=16)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+    assert sizes[:6] == [8, 784, 4, 8, 784, 4]
+
+
 def test_a_host_copy_into_a_non_contiguous_layout_stages_on_the_device():
     # copy_kernel_cuda: a channels-last 3x3 weight needs a contiguous device buffer for the memcpy
     # (blind2/b01's per-op truth on an H200: every 3x3 and 7x7 weight of resnet50 took one); a 1x1
