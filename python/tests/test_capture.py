@@ -1638,6 +1638,19 @@ def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     assert any("bincount" in w for w in cap.warned)
 
 
+def test_bincount_makes_each_reductions_result_before_its_scratch():
+    # `_bincount_cuda`'s `self.min()` / `self.max()`: the 0-d result, then gpu_reduce_kernel's
+    # global buffer and semaphores, freed in reverse (blind328/lq05's H100 memory history,
+    # fixtures/run/history_lq05_s73_h100.pickle.xz: 8, 784 and 4 bytes for 800,000 int64s)
+    with vramscope.capture():
+        key = torch.empty(800_000, device="cuda").long()
+        torch.cuda.memory._record_memory_history()
+        torch.bincount(key, minlength=16)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+    assert sizes[:6] == [8, 784, 4, 8, 784, 4]
+
+
 def test_a_host_copy_into_a_non_contiguous_layout_stages_on_the_device():
     # copy_kernel_cuda: a channels-last 3x3 weight needs a contiguous device buffer for the memcpy
     # (blind2/b01's per-op truth on an H200: every 3x3 and 7x7 weight of resnet50 took one); a 1x1
@@ -4429,7 +4442,9 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
     where = _segments_from_the_anchor(script, snap)
-    assert where == [(-416, 14), (-2, 2), (74, 20)]
+    # index_select has a device-side assert: the driver's page-locked buffer (rule 19) takes the
+    # range's low 10 MiB first
+    assert where == [(-406, 14), (-2, 2), (74, 20)]
 
 
 def test_a_cublas_mm_keeps_the_context_range(tmp_script, tmp_path):
@@ -4534,8 +4549,7 @@ def test_kernel_modules_load_once_each(tmp_script, tmp_path):
     # (38,076,416 bytes mapped, blind31/ae01's 36.31 MiB) goes below pow's at the freed range's top;
     # index_add_ launches a kernel of the same module (the same requests measured), which maps nothing
     snap = tmp_path / "snap.pickle"
-    script = tmp_script(
-        f"""
+    script = f"""
 import torch
 import torch._dynamo
 x = torch.empty(500 << 20, dtype=torch.uint8)
@@ -4544,18 +4558,24 @@ del x                                           # B+246..B+746 free
 z = torch.ones(1 << 20, device="cuda")
 w = z.pow(2)                                    # pow's module at B+707.47..B+746
 m = z.masked_fill(z > 0, 0.0)                   # masked_fill's at B+671.16..B+707.47
-z.index_add_(0, torch.zeros(4, dtype=torch.long, device="cuda"), torch.ones(4, device="cuda"))
+z.sum()                                         # the first kernel with a device-side assert (rule 19)
+{{index_add}}
 big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
+    wheres = []
+    index_add = (
+        'z.index_add_(0, torch.zeros(4, dtype=torch.long, device="cuda"), torch.ones(4, device="cuda"))'
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
-    # pow's alone: the 320 MiB chunk at B+384; index_add_'s module loaded again would put it at B+288
-    assert where[-1] == (320, 300)
+    for line in ("", index_add):
+        status, _, _, err = run_script(tmp_script(script.format(index_add=line)))
+        assert status == 0, err
+        segs = pickle.loads(snap.read_bytes())["segments"]
+        base = min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20)
+        wheres.append(sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs))
+    # index_add_ maps nothing: the 320 MiB chunk lies where it does without it (B+288, below the
+    # modules and sum's page-locked buffer)
+    assert wheres[1] == wheres[0] and wheres[1][-1] == (288, 300)
 
 
 def _host_built_segments(tmp_script, tmp_path, env=None):
@@ -4588,6 +4608,29 @@ def test_the_driver_s_pool_takes_a_host_built_model_s_freed_range(tmp_script, tm
     # host tensor's freed range (B+416..B+928), so the next chunks go below it
     # without the pool they would lie at the range's aligned top, B+896 and B+864
     assert _host_built_segments(tmp_script, tmp_path) == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
+
+
+def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
+    # rule 19 (docs/driver-placement.md; blind328/lq05's H100 memory history): the first kernel
+    # compiled with a device-side assert (here `sum`'s reduction, `index`'s bounds check) maps an
+    # 8.25 MiB page-locked buffer where a 10 MiB segment would go: the low end of the context's
+    # released range, so the next 20 MiB segment lies 10 MiB higher than after an `add` (none)
+    def next_segment(first):
+        with vramscope.capture():
+            x = torch.empty(1024, device="cuda")  # a 2 MiB segment at B-2
+            first(x)  # the first kernel: the context's range B-416..B-2 goes back
+            y = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")  # a 20 MiB segment
+            segs = {s["address"]: s["total_size"] for s in torch.cuda.memory_snapshot()}
+            del y
+        small = min(a for a, n in segs.items() if n == 2 << 20)
+        return (next(a for a, n in segs.items() if n == 20 << 20) - small) >> 20
+
+    index = torch.zeros(4, dtype=torch.long)
+    assert next_segment(lambda x: x + 1) == -414
+    assert next_segment(lambda x: x.sum()) == -404
+    assert next_segment(lambda x: x[index.cuda()]) == -404
+    assert next_segment(lambda x: x.half() * x) == -404  # a half times a float: dynamic casting
+    assert next_segment(lambda x: torch.where(x > 0, x, 0.0)) == -414
 
 
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):

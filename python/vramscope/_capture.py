@@ -948,6 +948,63 @@ _ARANGE = {
 }
 
 
+#: the page-locked mapping the driver makes at the process's first kernel compiled with a device-side
+#: assert, 8.25 MiB (session 21's H200 maps; docs/driver-placement.md rule 19)
+ASSERT_BUFFER = 8_650_752
+
+#: ops whose CUDA kernels are compiled with a device-side assert (`CUDA_KERNEL_ASSERT`): `Reduce.cuh`'s
+#: `ReduceOp` (every `gpu_reduce_kernel` reduction), the bounds checks of the index, gather/scatter,
+#: embedding and `nll_loss` kernels, `binary_cross_entropy`'s input range, `bernoulli`'s probability
+#: (qc70_pinned_mapping_first_op_probe's H100 processes: `mean.dim`, `sum`, `max`, `mse_loss`,
+#: `embedding`, `index_select`, `scatter_`, `bernoulli`, `nll_loss` map the buffer; `add`, `mul`,
+#: `relu`, `pow`, `softmax`, `sort`, `cumsum`, `where`, `clamp`, comparisons and random draws do not)
+_ASSERTING = frozenset(
+    (
+        "sum", "mean", "prod", "nansum", "max", "min", "amax", "amin", "aminmax", "argmax", "argmin",
+        "norm", "linalg_vector_norm", "std", "var", "std_mean", "var_mean", "logsumexp", "all", "any",
+        "count_nonzero", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss_forward",
+        "nll_loss2d_forward", "binary_cross_entropy", "embedding", "index", "index_put", "index_put_",
+        "_index_put_impl_", "index_select", "index_add", "index_add_", "index_copy", "index_copy_",
+        "index_fill", "index_fill_", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+        "scatter_reduce", "scatter_reduce_", "take", "put_", "_embedding_bag", "bernoulli", "bernoulli_",
+        "multinomial", "bincount",
+    )
+)  # fmt: skip
+#: pointwise ops (TensorIterator's `gpu_kernel`) that cast an operand of another dtype in the kernel
+#: (`c10::fetch_and_cast`, which has a device-side assert): qc70's `cast` case, a half plus a float
+#: tensor and a float times a 0-d float64 CUDA tensor map the buffer
+_CASTING = frozenset(
+    (
+        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "rsub", "maximum", "minimum",
+        "lerp", "lerp_",
+    )
+)  # fmt: skip
+_LOSS_REDUCTION = {"mse_loss": 2, "l1_loss": 2, "smooth_l1_loss": 2, "huber_loss": 2}
+
+
+def _asserts_on_device(func, args, kwargs) -> bool:
+    """Whether the op's CUDA kernel is compiled with a device-side assert (the driver's address-space
+    rule 19): the ops of `_ASSERTING` (a pointwise loss with `reduction='none'` reduces nothing), a
+    copy from an integer or bool tensor to a floating one (`_to_copy` of uint8 or int64 to float:
+    dynamic casting; float to half or bfloat16 takes a path without it), and `_CASTING`'s ops whose
+    device operands differ in dtype."""
+    name = func._schema.name.split("::")[-1]
+    if name in _ASSERTING:
+        at = _LOSS_REDUCTION.get(name)
+        if at is not None:
+            reduction = args[at] if len(args) > at else kwargs.get("reduction", 1)
+            return reduction != 0
+        return True
+    if name in ("_to_copy", "copy_"):
+        src = args[1] if name == "copy_" else args[0]
+        dst = args[0].dtype if name == "copy_" else kwargs.get("dtype") or src.dtype
+        return not (src.dtype.is_floating_point or src.dtype.is_complex) and dst.is_floating_point
+    if name in _CASTING:
+        dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor) and registered(a)}
+        return len(dtypes) > 1
+    return False
+
+
 def _keeps_context(func, args, kwargs) -> bool:
     """Whether the op's kernels leave the CUDA context holding its range (the driver's
     address-space rule 6, `docs/driver-placement.md`): measured for Philox random numbers, `im2col`
@@ -3123,6 +3180,8 @@ class Capture:
         self.loaded_kernels: dict = {}
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
+        #: whether a kernel with a device-side assert has launched (`_asserts_on_device`, rule 19)
+        self.assert_kernel_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
         self.workers_started = False
         #: whether some started worker may still make its malloc arena (`_working`)
@@ -3908,6 +3967,16 @@ class Capture:
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()
+        if (
+            not self.assert_kernel_ran
+            and self.started
+            and _asserts_on_device(func, args, kwargs)
+            and _launches_kernel(func, args, kwargs, out)
+        ):
+            # the driver's page-locked buffer for device-side asserts, at the first kernel that has
+            # one, after the op's allocations and the context's range (rule 19)
+            self.assert_kernel_ran = True
+            self.device.pinned_alloc(ASSERT_BUFFER)
         if module and module not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
             # the kernel module's lazy load, after the op's allocations (rule 12)
             self.modules_loaded.add(module)
