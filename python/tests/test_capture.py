@@ -4631,6 +4631,11 @@ def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
     assert next_segment(lambda x: x[index.cuda()]) == -404
     assert next_segment(lambda x: x.half() * x) == -404  # a half times a float: dynamic casting
     assert next_segment(lambda x: torch.where(x > 0, x, 0.0)) == -414
+    # `max.other` is the pointwise `maximum`: no assert unless its operands' dtypes differ; the
+    # reduction `max()` has one; a scalar `bernoulli` probability is checked on the host
+    assert next_segment(lambda x: torch.max(x, x)) == -414
+    assert next_segment(lambda x: x.max()) == -404
+    assert next_segment(lambda x: torch.bernoulli(x, 0.5)) == -414
 
 
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):
