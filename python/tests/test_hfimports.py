@@ -131,21 +131,29 @@ def _heavy_library(root, name: str) -> None:
     )
 
 
+def _deferring(tmp_path, monkeypatch, library: str, importer: str, source: str) -> None:
+    """`_heavy_library(library)` and a module `importer` (`source`) on a fresh path, neither
+    imported yet, with `DEFERRED` naming `library.metrics`' `roc_curve` for the importer."""
+    _heavy_library(tmp_path, library)
+    (tmp_path / f"{importer}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in (importer, library, f"{library}.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delenv(f"{library.upper()}_IMPORTS", raising=False)
+    monkeypatch.setattr(_hfimports, "DEFERRED", {importer: (f"{library}.metrics", ("roc_curve",))})
+
+
 def test_a_deferred_name_imports_its_library_at_the_first_call(tmp_path, monkeypatch):
     from vramscope import _importhook
 
-    _heavy_library(tmp_path, "heavylib_sp")
-    (tmp_path / "importer_sp.py").write_text(
-        "import json\n"
-        "from heavylib_sp.metrics import roc_curve\n"
-        "def use(*args):\n"
-        "    return roc_curve(*args)\n"
+    _deferring(
+        tmp_path,
+        monkeypatch,
+        "heavylib_sp",
+        "importer_sp",
+        "import json\nfrom heavylib_sp.metrics import roc_curve\n"
+        "def use(*args):\n    return roc_curve(*args)\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("importer_sp", "heavylib_sp", "heavylib_sp.metrics"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.delenv("HEAVYLIB_SP_IMPORTS", raising=False)
-    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer_sp": ("heavylib_sp.metrics", ("roc_curve",))})
     _importhook.around_import("importer_sp", _hfimports._defer)
     real_import = builtins.__import__
     import importer_sp
@@ -164,12 +172,13 @@ def test_a_deferred_name_imports_its_library_at_the_first_call(tmp_path, monkeyp
 def test_a_library_imported_already_or_other_names_are_not_deferred(tmp_path, monkeypatch):
     from vramscope import _importhook
 
-    _heavy_library(tmp_path, "heavylib2_sp")
-    (tmp_path / "importer2_sp.py").write_text("from heavylib2_sp.metrics import roc_curve, other\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("importer2_sp", "heavylib2_sp", "heavylib2_sp.metrics"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer2_sp": ("heavylib2_sp.metrics", ("roc_curve",))})
+    _deferring(
+        tmp_path,
+        monkeypatch,
+        "heavylib2_sp",
+        "importer2_sp",
+        "from heavylib2_sp.metrics import roc_curve, other\n",
+    )
     _importhook.around_import("importer2_sp", _hfimports._defer)
     import importer2_sp  # `other` is not DEFERRED's: the statement imports the library
 
@@ -287,13 +296,9 @@ def test_a_library_the_program_imported_first_is_bound_as_it_is(tmp_path, monkey
     # sklearn's own function, as without `vramscope run`
     from vramscope import _importhook
 
-    _heavy_library(tmp_path, "heavylib3_sp")
-    (tmp_path / "importer3_sp.py").write_text("from heavylib3_sp.metrics import roc_curve\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("importer3_sp", "heavylib3_sp", "heavylib3_sp.metrics"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.delenv("HEAVYLIB3_SP_IMPORTS", raising=False)
-    monkeypatch.setattr(_hfimports, "DEFERRED", {"importer3_sp": ("heavylib3_sp.metrics", ("roc_curve",))})
+    _deferring(
+        tmp_path, monkeypatch, "heavylib3_sp", "importer3_sp", "from heavylib3_sp.metrics import roc_curve\n"
+    )
     import heavylib3_sp.metrics
 
     _importhook.around_import("importer3_sp", _hfimports._defer)
