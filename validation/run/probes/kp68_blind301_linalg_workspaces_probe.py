@@ -12,29 +12,10 @@ and the call's peak above what was allocated before it.
 """
 
 import torch
+from _events import events
 
 dev = "cuda"
 torch.manual_seed(0)
-
-
-def events(tag, fn):
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    torch.cuda.memory._record_memory_history(max_entries=200000)
-    out = fn()
-    torch.cuda.synchronize()
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
-    ev = []
-    for e in snap["device_traces"][0]:
-        if e["action"] == "alloc":
-            ev.append(f"+{e['size']}")
-        elif e["action"] == "free_requested":
-            ev.append(f"-{e['size']}")
-    print(f"{tag}: peak_above {torch.cuda.max_memory_allocated() - base} events {' '.join(ev)}")
-    return out
-
 
 f64 = torch.float64
 # the cuBLAS handle and its workspace first, so that no case below brings them
