@@ -388,7 +388,9 @@ def main():
             "(fixtures/run/wild_benchmark_problems.json) on an H100 80GB HBM3 "
             "(fixtures/run/cudnn_benchmark_sweep_wild_h100.tar.xz, session 61): its free memory (70.7 to "
             "84.5 GB, not an H200's ~150) bounded the plans each search kept; their searches reach 11.7 "
-            "GB, 14% of it, and their timed plans are the H100's fastest."
+            "GB, 14% of it, and their timed plans are the H100's fastest. Likewise on an H100 (session "
+            "74): the 110 items of validation/run/benchmark_problems_blind338.json "
+            "(fixtures/run/cudnn_benchmark_sweep_blind338_h100.tar.xz)."
         ),
         "problems": problems,
     }
