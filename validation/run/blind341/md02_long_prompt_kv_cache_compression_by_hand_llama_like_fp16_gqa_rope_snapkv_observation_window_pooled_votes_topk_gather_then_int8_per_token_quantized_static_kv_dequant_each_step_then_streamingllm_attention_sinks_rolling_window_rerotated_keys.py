@@ -12,10 +12,10 @@
 3. Decoding on the compressed caches: 64 greedy steps for the 4 rows, the caches grown by `torch.cat`, the
    new tokens' positions continuing at 8,192.
 4. An int8 quantized cache: 8 prompts of 2,048 tokens prefilled, keys and values quantized per token and
-   head (absmax / 127, fp16 scales) into preallocated int8 caches of 2,048 + 96 positions written by slice
-   assignment; 96 greedy steps, each dequantizing the filled prefix of every layer to fp16 for SDPA.
+   head (absmax / 127, fp16 scales) into preallocated int8 caches of 2,048 + 64 positions written by slice
+   assignment; 64 greedy steps, each dequantizing the filled prefix of every layer to fp16 for SDPA.
 5. StreamingLLM: 16 rows, a prompt of 1,020 tokens, keys cached before rotary; 4 attention-sink tokens plus a
-   rolling window of 1,020 recent tokens: each of 128 decode steps drops the oldest non-sink position
+   rolling window of 1,020 recent tokens: each of 64 decode steps drops the oldest non-sink position
    (`torch.cat` of the sinks and the tail), and the cached keys are re-rotated with their cache positions
    0..1,023 before attention.
 
@@ -39,8 +39,8 @@ if SMALL:
 else:
     LAYERS, D, HQ, HKV, FF = 8, 2048, 16, 8, 5632
     SNAP_B, SNAP_S, WIN, KEEP, SNAP_NEW = 4, 8192, 32, 1024, 64
-    Q8_B, Q8_S, Q8_NEW = 8, 2048, 96
-    SINK_B, SINK_S, SINKS, ROLL, SINK_NEW = 16, 1020, 4, 1020, 128
+    Q8_B, Q8_S, Q8_NEW = 8, 2048, 64
+    SINK_B, SINK_S, SINKS, ROLL, SINK_NEW = 16, 1020, 4, 1020, 64
 V = 32000
 DH = D // HQ
 GROUP = HQ // HKV
