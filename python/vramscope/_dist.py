@@ -251,6 +251,9 @@ def _device_future_class():
             else:
                 super().add_done_callback(lambda _fut: self._run(callback))
 
+    # named as the future ProcessGroupNCCL's work gives (`torch.futures.Future`)
+    DeviceFuture.__module__ = torch.futures.Future.__module__
+    DeviceFuture.__name__ = DeviceFuture.__qualname__ = "Future"
     return DeviceFuture
 
 
@@ -288,6 +291,10 @@ def _completed_work():
             fut.set_result(self._values)
             return fut
 
+    # named as the work a collective returns on the GPU: ProcessGroupNCCL's `WorkNCCL` has no binding
+    # of its own, so Python sees its bound base class, `Work`
+    CompletedWork.__module__ = Work.__module__
+    CompletedWork.__name__ = CompletedWork.__qualname__ = "Work"
     return CompletedWork
 
 
