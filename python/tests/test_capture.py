@@ -8467,3 +8467,45 @@ def test_the_stand_ins_for_torch_cuda_classes_read_as_pytorch_s_own():
         assert type(g) is torch.Generator and g.device.type == "cuda" and g.initial_seed() == 3
     assert torch.cuda.streams.Stream is torch.cuda.Stream and torch._C.Generator is torch.Generator
     assert torch.cuda.Stream.__module__ == "torch.cuda.streams"
+
+
+def test_mem_get_info_holds_the_first_launch_s_2_mib_back_until_a_kernel_runs():
+    # the H200 read 552,402,944 bytes used after `torch.cuda.init()` and after a blocking
+    # `.to("cuda", bfloat16)` (converted on the host: no kernel), 554,500,096 outside the
+    # allocator after its first kernels (fixtures/h200/README.md, cb_meminfo_probe_h200.txt)
+    def outside():
+        free, total = torch.cuda.mem_get_info()
+        return total - free - torch.cuda.memory_reserved()
+
+    with vramscope.capture(gpu="h200"):
+        assert outside() == 552_402_944
+        w = torch.ones(256, 256).to("cuda", torch.bfloat16)
+        assert torch.cuda.memory_reserved() == 2 * MIB and outside() == 552_402_944
+        w.add_(1)
+        assert outside() == 554_500_096
+
+
+def test_an_nccl_group_made_at_init_takes_the_stream_pools_once(tmp_script):
+    # `init_process_group("nccl", device_id=...)` makes the communicator at once, whose stream
+    # comes from the device's pool (`initNCCLComm`: `getStreamFromPool`): the first such call makes
+    # the stream pools, 70 MiB outside the allocator (mx2_stream_pool_probe_s61_h100.txt); a
+    # `torch.cuda.Stream` made after takes none
+    script = tmp_script(
+        "import os, socket, torch, torch.distributed as dist\n"
+        "with socket.socket() as s:\n"
+        "    s.bind(('localhost', 0))\n"
+        "    os.environ['MASTER_PORT'] = str(s.getsockname()[1])\n"
+        "os.environ.update(MASTER_ADDR='localhost', RANK='0', WORLD_SIZE='1')\n"
+        "def used():\n"
+        "    free, total = torch.cuda.mem_get_info()\n"
+        "    return total - free\n"
+        "before = used()\n"
+        "dist.init_process_group('nccl', device_id=torch.device('cuda', 0))\n"
+        "after = used()\n"
+        "torch.cuda.Stream()\n"
+        "print(after - before, used() - after)\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err
+    assert lines == [f"{70 * MIB} 0"]

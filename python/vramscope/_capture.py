@@ -3192,6 +3192,9 @@ class Capture:
         self.loaded_kernels: dict = {}
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
+        #: whether the driver has taken its 2 MiB of the first launch (`first_launch`; rule 6), which
+        #: a kernel keeping the context's range takes too (`mem_get_info`)
+        self.launched = False
         #: whether a kernel with a device-side assert has launched (`_asserts_on_device`, rule 19)
         self.assert_kernel_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
@@ -3976,6 +3979,7 @@ class Capture:
             # the driver's own 2 MiB at the first launch; the context's range goes back at the
             # first kernel that does not keep it (rule 6)
             self.device.first_launch()
+            self.launched = True
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()

@@ -369,15 +369,21 @@ def patch_backend(backend, device_id) -> None:
 
 def _nccl_stream() -> None:
     """ProcessGroupNCCL's communicator takes its stream from the device's low-priority pool when it
-    is made (`getNCCLComm`: `getStreamFromPool(options_->is_high_priority_stream)`,
+    is made (`initNCCLComm`: `getStreamFromPool(options_->is_high_priority_stream)`,
     ProcessGroupNCCL.cpp): at `init_process_group` with a `device_id`, else at the first collective.
-    The pool's later takers (a CUDA future's callbacks) count on from there."""
+    The pool's later takers (a CUDA future's callbacks) count on from there. The first
+    `getStreamFromPool` of the process makes the device's stream pools, 70 MiB outside the allocator
+    that `mem_get_info` sees (`Runtime::stream_pools`, measured: mx2_stream_pool_probe_s61_h100.txt),
+    unless a `torch.cuda.Stream` made them before."""
     from . import _capture, _cuda
 
     cap = _capture.current()
     if cap is not None and not cap.__dict__.get("_vramscope_nccl_stream"):
         cap._vramscope_nccl_stream = True
         _cuda.pool_index(cap)
+        take = getattr(cap.device, "stream_pools", None)
+        if take is not None:  # a native module built before has none
+            take()
 
 
 def patch_nccl_buffers(cuda_barrier: bool) -> None:
