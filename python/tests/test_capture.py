@@ -8425,3 +8425,87 @@ def test_without_broadcast_dims_drops_broadcast_dimensions_for_the_index_bounds_
         assert torch.gather(x, 0, idx).shape == (2, 3)
         with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
             torch.gather(x, 0, torch.tensor([[0], [8]], device="cuda").expand(2, 3))
+
+
+def test_the_stand_ins_for_torch_cuda_classes_read_as_pytorch_s_own():
+    # `type(x)`, its repr and pickle's reference to the class name PyTorch's class, as on the GPU
+    # (torch/cuda/streams.py, graphs.py, memory.py; `torch._C` bindings), and the reprs are theirs
+    with vramscope.capture(gpu="h100"):
+        stream = torch.cuda.Stream()
+        classes = {
+            "torch.cuda.streams.Stream": stream,
+            "torch.cuda.streams.Event": torch.cuda.Event(),
+            "torch.cuda.StreamContext": torch.cuda.stream(stream),
+            "torch.cuda.graphs.CUDAGraph": torch.cuda.CUDAGraph(),
+            "torch.cuda.memory.MemPool": torch.cuda.MemPool(),
+            "torch._C._CudaDeviceProperties": torch.cuda.get_device_properties(0),
+            "torch._C.Generator": torch.Generator(device="cuda"),
+        }
+        for name, obj in classes.items():
+            cls = type(obj)
+            assert f"{cls.__module__}.{cls.__qualname__}" == name and cls.__name__ == name.rsplit(".", 1)[1]
+        assert type(torch.cuda.default_stream()) is torch.cuda.Stream
+        assert repr(torch.cuda.default_stream()) == "<torch.cuda.Stream device=cuda:0 cuda_stream=0x0>"
+        assert repr(stream) == f"<torch.cuda.Stream device=cuda:0 cuda_stream={stream.cuda_stream:#x}>"
+        event = torch.cuda.Event()
+        assert repr(event) == "<torch.cuda.Event uninitialized>" and event.cuda_event == 0
+        event.record()
+        assert event.cuda_event != 0 and repr(event) == f"<torch.cuda.Event {event.cuda_event:#x}>"
+        props = repr(torch.cuda.get_device_properties(0))
+        assert props.startswith("_CudaDeviceProperties(name='NVIDIA H100 80GB HBM3', major=9, minor=0, ")
+        assert ", uuid=" in props and ", pci_domain_id=0, L2_cache_size=" in props and props.endswith("MB)")
+        assert torch.cuda.FloatTensor.__module__ == "torch.cuda"
+        for cls in (
+            torch.cuda.Stream,
+            torch.cuda.Event,
+            torch.cuda.CUDAGraph,
+            torch.cuda.MemPool,
+            torch.Generator,
+        ):
+            assert pickle.loads(pickle.dumps(cls)) is cls
+        g = pickle.loads(pickle.dumps(torch.Generator(device="cuda").manual_seed(3)))
+        assert type(g) is torch.Generator and g.device.type == "cuda" and g.initial_seed() == 3
+    assert torch.cuda.streams.Stream is torch.cuda.Stream and torch._C.Generator is torch.Generator
+    assert torch.cuda.Stream.__module__ == "torch.cuda.streams"
+
+
+def test_mem_get_info_holds_the_first_launch_s_2_mib_back_until_a_kernel_runs():
+    # the H200 read 552,402,944 bytes used after `torch.cuda.init()` and after a blocking
+    # `.to("cuda", bfloat16)` (converted on the host: no kernel), 554,500,096 outside the
+    # allocator after its first kernels (fixtures/h200/README.md, cb_meminfo_probe_h200.txt)
+    def outside():
+        free, total = torch.cuda.mem_get_info()
+        return total - free - torch.cuda.memory_reserved()
+
+    with vramscope.capture(gpu="h200"):
+        assert outside() == 552_402_944
+        w = torch.ones(256, 256).to("cuda", torch.bfloat16)
+        assert torch.cuda.memory_reserved() == 2 * MIB and outside() == 552_402_944
+        w.add_(1)
+        assert outside() == 554_500_096
+
+
+def test_an_nccl_group_made_at_init_takes_the_stream_pools_once(tmp_script):
+    # `init_process_group("nccl", device_id=...)` makes the communicator at once, whose stream
+    # comes from the device's pool (`initNCCLComm`: `getStreamFromPool`): the first such call makes
+    # the stream pools, 70 MiB outside the allocator (mx2_stream_pool_probe_s61_h100.txt); a
+    # `torch.cuda.Stream` made after takes none
+    script = tmp_script(
+        "import os, socket, torch, torch.distributed as dist\n"
+        "with socket.socket() as s:\n"
+        "    s.bind(('localhost', 0))\n"
+        "    os.environ['MASTER_PORT'] = str(s.getsockname()[1])\n"
+        "os.environ.update(MASTER_ADDR='localhost', RANK='0', WORLD_SIZE='1')\n"
+        "def used():\n"
+        "    free, total = torch.cuda.mem_get_info()\n"
+        "    return total - free\n"
+        "before = used()\n"
+        "dist.init_process_group('nccl', device_id=torch.device('cuda', 0))\n"
+        "after = used()\n"
+        "torch.cuda.Stream()\n"
+        "print(after - before, used() - after)\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err
+    assert lines == [f"{70 * MIB} 0"]

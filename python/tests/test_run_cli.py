@@ -250,3 +250,55 @@ def test_warnings_name_the_program_s_line_as_on_the_gpu(tmp_path):
     plain, ours = _both("warns.py", cwd=tmp_path)
     assert plain.returncode == 0 and plain.stderr.count("UserWarning") == 3
     assert (ours.returncode, ours.stdout, ours.stderr) == (0, plain.stdout, plain.stderr)
+
+
+@pytest.mark.parametrize("action", ["default", "error"])
+def test_a_program_s_own_kernel_s_warning_shows_or_raises_as_on_the_gpu(tmp_path, action):
+    # the twin computes a Python kernel's values on the host, inside `_warnloc.quiet`: its warning
+    # is its CUDA kernel's on the GPU, shown once under "default" and raised under "error" (where
+    # the host's run raised and its values were lost: zeros)
+    (tmp_path / "kernel.py").write_text(
+        "import sys, warnings, torch\n"
+        "warnings.simplefilter(sys.argv[1])\n"
+        "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "lib = torch.library.Library('rvwarn', 'DEF')\n"
+        "lib.define('scaled(Tensor x) -> Tensor')\n"
+        "def scaled(x):\n"
+        "    warnings.warn('scaling by 2')\n"
+        "    return x * 2\n"
+        "lib.impl('scaled', scaled, 'CPU')\n"
+        "lib.impl('scaled', scaled, 'CUDA')\n"
+        "lib.impl('scaled', lambda x: torch.empty_like(x), 'Meta')\n"
+        "x = torch.arange(4.0, device=dev)\n"
+        "for i in range(2):\n"
+        "    try:\n"
+        "        print(i, torch.ops.rvwarn.scaled(x).tolist())\n"
+        "    except UserWarning as e:\n"
+        "        print(i, 'raised', e)\n"
+    )
+    plain, ours = _both("kernel.py", action, cwd=tmp_path)
+    assert plain.returncode == 0 and ours.returncode == 0, ours.stderr
+    assert ours.stdout == plain.stdout
+    assert ours.stderr.count("UserWarning: scaling by 2") == plain.stderr.count("UserWarning: scaling by 2")
+
+
+def test_the_twin_s_own_warnings_do_not_raise_under_the_program_s_error_filter(tmp_path):
+    # a rank outside the script's `spawn` runs nothing: the twin says so on stderr, not as a
+    # warning that the program's "error" filter turns into an exception
+    (tmp_path / "spawn.py").write_text(
+        "import warnings, torch.multiprocessing as mp\n"
+        "warnings.simplefilter('error')\n"
+        "def fn(i):\n"
+        "    print('rank', i)\n"
+        "mp.spawn(fn, nprocs=2)\n"
+        "print('done')\n"
+    )
+    ours = subprocess.run(
+        [sys.executable, "-m", "vramscope", "run", "--quiet", "--nproc", "4", "--rank", "3", "spawn.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == "done\n"
+    assert "rank 3 not among them: none ran" in ours.stderr

@@ -69,7 +69,8 @@ def _blob_copy(cap, t: torch.Tensor) -> torch.Tensor:
 class _Loader:
     """`torch._C._aoti.AOTIModelPackageLoader` for a package compiled in this run: `boxed_run` calls
     the model's Python wrapper over its own constants (`AOTICompiledModel.__call__`,
-    torch/export/pt2_archive/_package.py, flattens the arguments and unflattens the outputs)."""
+    torch/export/pt2_archive/_package.py, flattens the arguments and unflattens the outputs).
+    Named as that class (`AOTICompiledModel.loader`'s type)."""
 
     def __init__(
         self, cap, path, model_name="model", run_single_threaded=False, num_runners=1, device_index=-1
@@ -120,6 +121,10 @@ class _Loader:
 
     def get_constant_fqns(self):
         return list(self.constants)
+
+
+_Loader.__module__ = "torch._C._aoti"
+_Loader.__name__ = _Loader.__qualname__ = "AOTIModelPackageLoader"
 
 
 def _mark_tuned(module) -> None:

@@ -3175,6 +3175,9 @@ class Capture:
         self.drawn: tuple = (None, None)
         #: random draws whose values the host computed (`_cpu_result`)
         self.host_draws = 0
+        #: the warnings of the program's kernels while `run` computes an op's values on the host
+        #: (`_warnloc.quiet`); None outside an op's run
+        self.host_warnings: list | None = None
         #: the one-element storage of each factory's constant values (`_constant_values`) by its
         #: address, with the tensors whose values view it: a write into any of them forgets them all
         self.constants: dict[int, weakref.WeakSet] = {}
@@ -3189,6 +3192,9 @@ class Capture:
         self.loaded_kernels: dict = {}
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
+        #: whether the driver has taken its 2 MiB of the first launch (`first_launch`; rule 6), which
+        #: a kernel keeping the context's range takes too (`mem_get_info`)
+        self.launched = False
         #: whether a kernel with a device-side assert has launched (`_asserts_on_device`, rule 19)
         self.assert_kernel_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
@@ -3973,6 +3979,7 @@ class Capture:
             # the driver's own 2 MiB at the first launch; the context's range goes back at the
             # first kernel that does not keep it (rule 6)
             self.device.first_launch()
+            self.launched = True
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()
@@ -4114,6 +4121,13 @@ class Capture:
 
     def run(self, func, args, kwargs, ours, factory=False):
         """The op's meta kernel, then the twin's allocations for its outputs."""
+        outer, self.host_warnings = self.host_warnings, []
+        try:
+            return self._run(func, args, kwargs, ours, factory)
+        finally:
+            self.host_warnings = outer
+
+    def _run(self, func, args, kwargs, ours, factory):
         self.ops += 1
         if self.capture_streams:
             # a node captured on the current stream (the order graph_capture_record_stream_reuse reads)
@@ -4176,6 +4190,12 @@ class Capture:
             vals = _spread_choices(func, args, kwargs, vals)
         elif guessed and func in _ISIN:
             vals = _unmatched(func, args, kwargs, vals)
+        if self.host_warnings:
+            # the program's kernel warned while the host computed its values: given now, before its
+            # outputs are allocated (a warning raised under "error" leaves the kernel before it
+            # makes them)
+            caught, self.host_warnings = self.host_warnings, []
+            _warnloc.replay(caught)
         category = "input" if factory else "output"
         if order is None or len(order) != len(outs):
             order = range(len(outs))
@@ -4355,8 +4375,12 @@ class Capture:
             drawn = self.drawn[1] if self.drawn[0] is func and self.drawn[1] else None
             key = (drawn[0][0], drawn[0][1]) if drawn else (self.philox.seed, -self.host_draws)
             torch.default_generator.manual_seed(hash(key) & 0x7FFFFFFFFFFFFFFF)
+        # an op outside ATen runs the program's own Python kernel here, whose warnings its CUDA
+        # kernel gives on the GPU: kept for `run` to give again (ATen's C++ kernels' warnings wait
+        # in the outer call's PyWarningHandler, past `quiet`)
+        caught = self.host_warnings if getattr(func, "namespace", "aten") != "aten" else None
         try:
-            with _warnloc.quiet():
+            with _warnloc.quiet(caught):
                 r = _scalar_division(func, cargs, ckwargs)
                 if r is None:
                     r = func(*cargs, **ckwargs)

@@ -40,6 +40,18 @@ from ._tensor import set_value as _set_value
 from ._tensor import value as _value
 
 
+def _named_as(module: str, name: str):
+    """A stand-in class named as the PyTorch class it stands for: its `__module__`, `__name__` and
+    `__qualname__` (`type(x)`, its repr, pickle's reference to the class) read as on the GPU."""
+
+    def named(cls):
+        cls.__module__, cls.__name__, cls.__qualname__ = module, name, name
+        return cls
+
+    return named
+
+
+@_named_as("torch._C", "_CudaDeviceProperties")
 class _Properties:
     """What `torch.cuda.get_device_properties(0)` reports."""
 
@@ -65,10 +77,14 @@ class _Properties:
         self.pci_domain_id = 0
 
     def __repr__(self):
+        # the binding's `__repr__` (torch/csrc/cuda/Module.cpp, CUDA build: uuid as 8-4-4-4-12 hex,
+        # the PCI ids, L2 in MiB)
         return (
             f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
             f"total_memory={self.total_memory // (1024 * 1024)}MB, "
-            f"multi_processor_count={self.multi_processor_count})"
+            f"multi_processor_count={self.multi_processor_count}, uuid={self.uuid}, "
+            f"pci_bus_id={self.pci_bus_id}, pci_device_id={self.pci_device_id}, "
+            f"pci_domain_id={self.pci_domain_id}, L2_cache_size={self.L2_cache_size // (1024 * 1024)}MB)"
         )
 
 
@@ -82,6 +98,10 @@ def _pool_hash(pool) -> int:
 #: where the twin keeps a CUDA graph's private pool: a stream id of its own per (pool, capturing
 #: stream), since the caching allocator matches a private pool's blocks by stream too
 _PRIVATE_POOL_STREAMS = 0x7E00_0000_0000
+
+
+#: device memory the driver takes at the process's first kernel launch (`mem_get_info`)
+_FIRST_LAUNCH_BYTES = 2 << 20
 
 
 #: streams per priority level in a device's stream pool (`kStreamsPerPool`, c10/cuda/CUDAStream.cpp)
@@ -111,6 +131,7 @@ def pool_stream(cap) -> Stream:
     return stream
 
 
+@_named_as("torch.cuda.streams", "Stream")
 class Stream:
     """A stand-in for `torch.cuda.Stream`: an id the allocator keys its pools by."""
 
@@ -167,6 +188,10 @@ class Stream:
     def __hash__(self):
         return hash(self.stream_id)
 
+    def __repr__(self):
+        # torch/cuda/streams.py's
+        return f"<torch.cuda.Stream device={self.device} cuda_stream={self.cuda_stream:#x}>"
+
     def __enter__(self):
         from . import _capture
 
@@ -184,12 +209,14 @@ class Stream:
         cap.current_stream_obj.pop()
 
 
-class _DefaultStream(Stream):
-    def __init__(self):
-        self.stream_id = 0
-        self.device = CUDA0
-        self.priority = 0
-        self.cuda_stream = 0
+def _default_stream() -> Stream:
+    """`torch.cuda.default_stream()`: a `Stream` of id 0 (the legacy default stream's null handle),
+    made without taking a pool's stream."""
+    stream = Stream.__new__(Stream)
+    stream.stream_id = stream.cuda_stream = 0
+    stream.device = CUDA0
+    stream.priority = 0
+    return stream
 
 
 def _capture_wait(waiter: int, stream: int | None, event) -> None:
@@ -222,6 +249,7 @@ def _capture_origin(cap, stream) -> int | None:
     return cap.joined_captures.get(stream)
 
 
+@_named_as("torch.cuda.streams", "Event")
 class Event:
     """A stand-in for `torch.cuda.Event`."""
 
@@ -234,6 +262,18 @@ class Event:
         type(self)._next += 1
         #: the allocator's name for it (the order of work captured in a CUDA graph)
         self.eid = Event._next
+
+    @property
+    def cuda_event(self) -> int:
+        """The event's handle: 0 until its first record creates it (`CUDAEvent::record`'s
+        `createEvent`), then an address of the twin's own."""
+        return 0 if self.recorded_ns is None else 0x7F10_0000_0000 + self.eid * 0x10
+
+    def __repr__(self):
+        # torch/cuda/streams.py's
+        if self.cuda_event:
+            return f"<torch.cuda.Event {self.cuda_event:#x}>"
+        return "<torch.cuda.Event uninitialized>"
 
     def record(self, stream=None):
         self.recorded_ns = time.perf_counter_ns()
@@ -271,6 +311,7 @@ class Event:
         return (end.recorded_ns - self.recorded_ns) / 1e6
 
 
+@_named_as("torch.cuda", "StreamContext")
 class _StreamContext:
     def __init__(self, stream):
         self.stream = stream
@@ -382,7 +423,7 @@ def patch(cap) -> _Patch:
     world, rank = getattr(cap, "world", (1, 0))  # `vramscope run --nproc` sets it
     C = torch._C
     cuda = torch.cuda
-    default_stream = _DefaultStream()
+    default_stream = _default_stream()
     cap.current_stream_obj = [default_stream]
 
     # torch._dynamo's trace rules are built once from torch's functions: build
@@ -408,8 +449,10 @@ def patch(cap) -> _Patch:
     p.set(cuda, "get_device_properties", lambda device=None: props)
     p.set(cuda, "is_bf16_supported", lambda including_emulation=True: True)
     p.set(cuda, "get_arch_list", lambda: ["sm_90"])
-    p.set(cuda, "Stream", Stream)
-    p.set(cuda, "Event", Event)
+    for owner in (cuda, cuda.streams):
+        # the class a pickle of `type(stream)` looks up by its module and name
+        p.set(owner, "Stream", Stream)
+        p.set(owner, "Event", Event)
     p.set(cuda, "current_stream", lambda device=None: cap.current_stream_obj[-1])
     p.set(cuda, "default_stream", lambda device=None: default_stream)
     p.set(cuda, "stream", _StreamContext)
@@ -449,6 +492,7 @@ def patch(cap) -> _Patch:
         pools[0] += 1
         return (0, pools[0])
 
+    @_named_as("torch.cuda.graphs", "CUDAGraph")
     class CUDAGraph:
         """`torch.cuda.CUDAGraph` on the simulated device: a captured region runs once, eagerly, on
         the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); `capture_begin`
@@ -612,6 +656,7 @@ def patch(cap) -> _Patch:
         def debug_dump(self, *args, **kwargs):
             pass
 
+    @_named_as("torch.cuda.memory", "MemPool")
     class MemPool:
         """`torch.cuda.MemPool` on the simulated device (MemPool.cpp): an id `(0, n)` as
         `graph_pool_handle` numbers them and a private pool whose use count its life holds
@@ -722,7 +767,16 @@ def patch(cap) -> _Patch:
         cap.device.empty_cache()
 
     def mem_get_info(device=None):
-        return cap.device.mem_get_info()
+        """`cudaMemGetInfo`: the device's free memory and total. Until the process's first kernel
+        launch the driver's own 2 MiB of that launch (address-space rule 6) is free still, which the
+        context's figure (`context_bytes`, read after loading) holds: measured on the H200, 552,402,944
+        bytes used after `torch.cuda.init()` and after a model's blocking `.to("cuda", bfloat16)`
+        (host-side conversions, no kernel: cb_meminfo_probe_h200.txt's `setup`), 554,500,096 after
+        its first kernels (fixtures/h200/README.md)."""
+        free, total = cap.device.mem_get_info()
+        if not cap.launched:
+            free += _FIRST_LAUNCH_BYTES
+        return free, total
 
     def set_fraction(fraction, device=None):
         if not isinstance(fraction, float):
@@ -988,6 +1042,7 @@ def patch(cap) -> _Patch:
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )
     p.set(torch, "Generator", generator)
+    p.set(torch._C, "Generator", generator)  # where a pickle of `type(g)` looks it up
     p.set(torch, "Stream", _generic(torch.Stream, Stream))
     p.set(torch, "Event", _generic(torch.Event, Event))
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
@@ -1332,9 +1387,8 @@ def _generator(original):
             self._philox = state._philox
             return self
 
-    Generator.__name__ = Generator.__qualname__ = "Generator"
-    Generator.__module__ = "torch"
-    return Generator
+    # `torch.Generator` is `torch._C.Generator` (`<class 'torch._C.Generator'>`)
+    return _named_as("torch._C", "Generator")(Generator)
 
 
 def _normalize_unmoded(original):

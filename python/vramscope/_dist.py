@@ -49,6 +49,19 @@ def setup(cap, world: int, rank: int) -> None:
     cap.world = (world, rank)
 
 
+def _twin_warning(key: str, message: str) -> None:
+    """A choice of the twin's, told once on stderr as the capture's own warnings are
+    (`Capture.warn_once`), not through `warnings`: under the program's "error" filter it would
+    raise inside the program, where the GPU's run has no warning."""
+    from . import _capture
+
+    cap = _capture.current()
+    if cap is not None:
+        cap.warn_once(key, message)
+    else:
+        print(f"vramscope: warning: {message}", file=sys.stderr)
+
+
 def patch_spawn(rank: int) -> None:
     """`torch.multiprocessing.spawn(fn, args, nprocs)` / `start_processes` (PyTorch's DDP tutorial
     starts its ranks so): each child process would call `fn(i, *args)` on a GPU of its own
@@ -56,7 +69,6 @@ def patch_spawn(rank: int) -> None:
     (`--rank`, else 0) calls `fn(rank, *args)` in this process, under the capture; the other ranks
     do not run (the fake group's collectives need none of them). A spawned child would import the
     script again as `__mp_main__`; its top level is not run again here."""
-    import warnings
 
     import torch.multiprocessing as tmp
 
@@ -75,9 +87,9 @@ def patch_spawn(rank: int) -> None:
         if rank < nprocs:
             fn(rank, *args)
         else:
-            warnings.warn(
-                f"vramscope: the script starts {nprocs} processes, rank {rank} not among them: none ran",
-                stacklevel=2,
+            _twin_warning(
+                f"spawn:{nprocs}",
+                f"the script starts {nprocs} processes, rank {rank} not among them: none ran",
             )
         return None if join else _Done()
 
@@ -239,6 +251,9 @@ def _device_future_class():
             else:
                 super().add_done_callback(lambda _fut: self._run(callback))
 
+    # named as the future ProcessGroupNCCL's work gives (`torch.futures.Future`)
+    DeviceFuture.__module__ = torch.futures.Future.__module__
+    DeviceFuture.__name__ = DeviceFuture.__qualname__ = "Future"
     return DeviceFuture
 
 
@@ -276,6 +291,10 @@ def _completed_work():
             fut.set_result(self._values)
             return fut
 
+    # named as the work a collective returns on the GPU: ProcessGroupNCCL's `WorkNCCL` has no binding
+    # of its own, so Python sees its bound base class, `Work`
+    CompletedWork.__module__ = Work.__module__
+    CompletedWork.__name__ = CompletedWork.__qualname__ = "Work"
     return CompletedWork
 
 
@@ -350,15 +369,21 @@ def patch_backend(backend, device_id) -> None:
 
 def _nccl_stream() -> None:
     """ProcessGroupNCCL's communicator takes its stream from the device's low-priority pool when it
-    is made (`getNCCLComm`: `getStreamFromPool(options_->is_high_priority_stream)`,
+    is made (`initNCCLComm`: `getStreamFromPool(options_->is_high_priority_stream)`,
     ProcessGroupNCCL.cpp): at `init_process_group` with a `device_id`, else at the first collective.
-    The pool's later takers (a CUDA future's callbacks) count on from there."""
+    The pool's later takers (a CUDA future's callbacks) count on from there. The first
+    `getStreamFromPool` of the process makes the device's stream pools, 70 MiB outside the allocator
+    that `mem_get_info` sees (`Runtime::stream_pools`, measured: mx2_stream_pool_probe_s61_h100.txt),
+    unless a `torch.cuda.Stream` made them before."""
     from . import _capture, _cuda
 
     cap = _capture.current()
     if cap is not None and not cap.__dict__.get("_vramscope_nccl_stream"):
         cap._vramscope_nccl_stream = True
         _cuda.pool_index(cap)
+        take = getattr(cap.device, "stream_pools", None)
+        if take is not None:  # a native module built before has none
+            take()
 
 
 def patch_nccl_buffers(cuda_barrier: bool) -> None:
@@ -437,7 +462,6 @@ def patch_object_collectives() -> None:
     so a slot that does not unpickle is the object this rank pickled for the call (for a scatter
     from this rank, the one for its rank). The byte tensors are allocated as on the GPU."""
     import functools
-    import warnings
 
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -456,10 +480,10 @@ def patch_object_collectives() -> None:
             return real_to_object(tensor, tensor_size, group)
         except Exception:
             if not sent:
-                warnings.warn(
-                    "vramscope: an object another rank sent (broadcast_object_list, recv_object_list) "
-                    "is not known here: it reads None",
-                    stacklevel=3,
+                _twin_warning(
+                    "object:unknown",
+                    "an object another rank sent (broadcast_object_list, recv_object_list) is not known "
+                    "here: it reads None",
                 )
                 return None
             rank = c10d.get_rank(group)

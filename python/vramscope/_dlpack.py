@@ -19,7 +19,7 @@ from . import _tensor
 
 class Capsule:
     """A DLPack capsule of a simulated CUDA tensor: the exported tensor until `from_dlpack`
-    consumes it (`ATenDLMTensor.handle`)."""
+    consumes it (`ATenDLMTensor.handle`). Named as CPython's capsule type (`PyCapsule`, a builtin)."""
 
     __slots__ = ("tensor",)
 
@@ -27,7 +27,11 @@ class Capsule:
         self.tensor = tensor
 
     def __repr__(self) -> str:
-        return f'<capsule object "{"dltensor" if self.tensor is not None else "used_dltensor"}">'
+        name = "dltensor" if self.tensor is not None else "used_dltensor"
+        return f'<capsule object "{name}" at {id(self):#x}>'
+
+
+Capsule.__module__, Capsule.__name__, Capsule.__qualname__ = "builtins", "PyCapsule", "PyCapsule"
 
 
 def _export(real):

@@ -80,7 +80,15 @@ class _LegacyType(type):
 
 
 def _legacy_class(dtype, name):
-    return _LegacyType(name, (), {"dtype": dtype, "is_cuda": True, "is_sparse": False})
+    # named as PyTorch's (`torch.cuda.FloatTensor.__module__` is "torch.cuda")
+    namespace = {
+        "dtype": dtype,
+        "is_cuda": True,
+        "is_sparse": False,
+        "__module__": "torch.cuda",
+        "__qualname__": name,
+    }
+    return _LegacyType(name, (), namespace)
 
 
 def _target(t):

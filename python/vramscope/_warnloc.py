@@ -111,20 +111,59 @@ def install(patch) -> None:
     patch.set(warnings, "_showwarnmsg", _showwarnmsg)
 
 
-def _drop(msg) -> None:
-    pass
+#: the filters `quiet` puts in place of the program's: every warning goes to the show function, none
+#: raises (the program's "error") and none is entered in a registry (`_warnings.c`'s
+#: `warn_explicit` stores a warning's key for every action but "always" and "ignore")
+_ALWAYS = [("always", None, Warning, None, 0)]
+
+
+def _globals_at(msg, start) -> dict:
+    """The module globals of the frame `msg` names (its module's name and registry), from `start`
+    outwards; a bare module where the frame is not on the stack."""
+    f = start
+    while f is not None:
+        if f.f_code.co_filename == msg.filename and f.f_lineno == msg.lineno:
+            return f.f_globals
+        f = f.f_back
+    return {"__name__": "<string>"}
 
 
 @contextlib.contextmanager
-def quiet():
+def quiet(caught: list | None = None):
     """No warning shown while the twin computes values on the host (an op's CPU kernel standing in
-    for the GPU's, whose own warnings the op's call on the simulated device gives), without
-    `catch_warnings`/`simplefilter`: each bumps the filters' version, which empties every module's
-    registry, so a program's "default" warning in a loop showed on every pass where the GPU shows
-    it once."""
-    shown = warnings._showwarnmsg
-    warnings._showwarnmsg = _drop
+    for the GPU's, whose own warnings the op's call on the simulated device gives), none raised
+    under the program's "error" filter (the values would be lost), and none kept in a registry.
+    With `caught`, each warning a frame outside the twin gave is appended to it with its module's
+    globals, for `replay`. The program's filters are swapped out, not changed through
+    `catch_warnings`/`simplefilter`: each of those bumps the filters' version, which empties every
+    module's registry, so a program's "default" warning in a loop showed on every pass where the
+    GPU shows it once (`_warnings.c` reads `warnings.filters` at each warning)."""
+    shown, filters = warnings._showwarnmsg, warnings.filters
+
+    def keep(msg):
+        if caught is not None and not _twin_file(msg.filename):
+            caught.append((msg, _globals_at(msg, sys._getframe(1))))
+
+    warnings.filters = _ALWAYS
+    warnings._showwarnmsg = keep
     try:
         yield
     finally:
+        warnings.filters = filters
         warnings._showwarnmsg = shown
+
+
+def replay(caught: list) -> None:
+    """The warnings `quiet` caught, given again through the program's filters at their own place
+    and that module's registry: shown, or raised under "error", as the GPU's kernel gives them."""
+    for msg, g in caught:
+        warnings.warn_explicit(
+            msg.message,
+            msg.category,
+            msg.filename,
+            msg.lineno,
+            module=g.get("__name__", "<string>"),
+            registry=g.setdefault("__warningregistry__", {}),
+            module_globals=g,
+            source=msg.source,
+        )
