@@ -829,6 +829,47 @@ def _rms_norm_op(cap, func, args, kwargs):
     return _rms_norm(cap, func, args, kwargs)
 
 
+def _wraps_simulated(t) -> bool:
+    """Whether `t` is a tensor subclass wrapper (DTensor) whose inner tensors are simulated: on the
+    GPU its device is CUDA and its autograd key AutogradCUDA."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if not is_traceable_wrapper_subclass(t):
+        return False
+    inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]]
+    return bool(inner) and all(registered(i) or _wraps_simulated(i) for i in inner)
+
+
+#: a CUDA wrapper's keys from autograd down, fallthroughs left out as the dispatcher leaves them out:
+#: AutogradCUDA, then Python (the subclass's `__torch_dispatch__`); the wrapper's own set carries the
+#: Meta backend bit, which would lead back to AutogradMeta
+_WRAPPER_CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCUDA) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.Python
+)
+
+
+def _fused_rms_norm_autograd(keyset, input, normalized_shape, weight=None, eps=None):
+    """AutogradMeta's `_fused_rms_norm`. `rms_norm` of a DTensor (layer_norm.cpp's `rms_norm_symint`)
+    calls `_fused_rms_norm` on the DTensor: on the GPU AutogradCUDA's kernel records
+    FusedRmsNormBackward (input, weight and rstd saved, derivatives.yaml) and DTensor's strategy runs
+    the fused kernel on the local tensors (`fused_rms_norm_strategy`, _math_ops.py). A wrapper of
+    meta tensors would take the composite here (pow, mean, rsqrt, muls, each product saved), so a
+    wrapper of simulated tensors goes on as AutogradCUDA's would; any other meta tensor takes the
+    composite, as on the GPU."""
+    op = torch.ops.aten._fused_rms_norm.default
+    if _wraps_simulated(input):
+        return op.redispatch(_WRAPPER_CUDA_KEYS, input, normalized_shape, weight, eps)
+    return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, normalized_shape, weight, eps)
+
+
+def fused_rms_norm_kernels():
+    """The AutogradMeta kernel of `_fused_rms_norm` (above), registered until the returned
+    library's `_destroy()`."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_fused_rms_norm", _fused_rms_norm_autograd, "AutogradMeta", with_keyset=True)
+    return lib
+
+
 def _batch_norm(cap, func, args, kwargs):
     """`torch.batch_norm` where `_batch_norm_impl_index` (Normalization.cpp) picks cuDNN: the input
     is made contiguous in its suggested memory format first (`input.contiguous(...)`, an autograd
