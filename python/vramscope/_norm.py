@@ -12,6 +12,7 @@ kernels allocate them, and the scratch each takes beyond its outputs.
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -830,14 +831,12 @@ def _rms_norm_op(cap, func, args, kwargs):
 
 
 def _wraps_simulated(t) -> bool:
-    """Whether `t` is a tensor subclass wrapper (DTensor) whose inner tensors are simulated: on the
-    GPU its device is CUDA and its autograd key AutogradCUDA."""
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
-    if not is_traceable_wrapper_subclass(t):
+    """Whether `t` is a DTensor whose local tensor is simulated: on the GPU its device is CUDA and
+    its autograd key AutogradCUDA."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is None or not isinstance(t, dtensor.DTensor):
         return False
-    inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]]
-    return bool(inner) and all(registered(i) or _wraps_simulated(i) for i in inner)
+    return registered(t._local_tensor)
 
 
 #: a CUDA wrapper's keys from autograd down, fallthroughs left out as the dispatcher leaves them out:
