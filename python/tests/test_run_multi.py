@@ -236,6 +236,36 @@ def test_tensor_parallel_layers_backpropagate_under_the_twin(tmp_script):
     assert report["peak_allocated"] > 0
 
 
+SEQUENCE_PARALLEL_NORM = """
+import os
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+norm = parallelize_module(torch.nn.RMSNorm(1024).cuda(), mesh, SequenceParallel())
+x = torch.randn(4, 512, 1024, device="cuda", requires_grad=True)
+base = torch.cuda.memory_allocated()
+y = norm(x)
+held = torch.cuda.memory_allocated() - base
+y.to_local().sum().backward()
+print("ran", type(y.grad_fn).__name__ if y.grad_fn else None, held, tuple(x.grad.shape))
+"""
+
+
+def test_sequence_parallel_rms_norm_takes_the_fused_kernel(tmp_script):
+    # blind339/mb03 (torchtitan's SequenceParallel norms): `rms_norm` of a DTensor calls
+    # `_fused_rms_norm` on it (layer_norm.cpp), which DTensor runs on the local tensor
+    # (`fused_rms_norm_strategy`, _math_ops.py): the output and the (rows, 1) fp32 rstd are all it
+    # holds. The meta composite also kept x * rstd for the weight's product (the GPU's peak was 13
+    # norms x 24 MiB below the twin's)
+    status, lines, _report, err = run_script(tmp_script(SEQUENCE_PARALLEL_NORM), extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    rows = 4 * 512  # SequenceParallel takes the local input as this rank's Shard(1) as it is
+    assert lines[-1] == f"ran FusedRmsNormBackward0 {rows * 1024 * 4 + rows * 4} (4, 512, 1024)"
+
+
 OBJECTS = """
 import os, torch, torch.distributed as dist
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29544")

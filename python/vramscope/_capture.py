@@ -4718,6 +4718,7 @@ class Capture:
         self._patch = _cuda.patch(self)
         self._autocast = _autocast.Autocast(_native.autocast_policies())
         self._mish = _norm.mish_kernels()
+        self._rms = _norm.fused_rms_norm_kernels()
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch, "autocast_increment_nesting", _autocast_increment_nesting)
@@ -4801,6 +4802,7 @@ class Capture:
             h.remove()
         self._autocast.restore()
         self._mish._destroy()
+        self._rms._destroy()
         self._wrapper_kernels._destroy()
         self._patch.restore()
         if not self.started:

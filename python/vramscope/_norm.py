@@ -12,6 +12,7 @@ kernels allocate them, and the scratch each takes beyond its outputs.
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -827,6 +828,45 @@ def _rms_norm_op(cap, func, args, kwargs):
     """`aten.rms_norm.default` called as an op (torch.export's training IR keeps it): the kernel
     `F.rms_norm` binds, so `_rms_norm`'s rule."""
     return _rms_norm(cap, func, args, kwargs)
+
+
+def _wraps_simulated(t) -> bool:
+    """Whether `t` is a DTensor whose local tensor is simulated: on the GPU its device is CUDA and
+    its autograd key AutogradCUDA."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is None or not isinstance(t, dtensor.DTensor):
+        return False
+    return registered(t._local_tensor)
+
+
+#: a CUDA wrapper's keys from autograd down, fallthroughs left out as the dispatcher leaves them out:
+#: AutogradCUDA, then Python (the subclass's `__torch_dispatch__`); the wrapper's own set carries the
+#: Meta backend bit, which would lead back to AutogradMeta
+_WRAPPER_CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCUDA) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.Python
+)
+
+
+def _fused_rms_norm_autograd(keyset, input, normalized_shape, weight=None, eps=None):
+    """AutogradMeta's `_fused_rms_norm`. `rms_norm` of a DTensor (layer_norm.cpp's `rms_norm_symint`)
+    calls `_fused_rms_norm` on the DTensor: on the GPU AutogradCUDA's kernel records
+    FusedRmsNormBackward (input, weight and rstd saved, derivatives.yaml) and DTensor's strategy runs
+    the fused kernel on the local tensors (`fused_rms_norm_strategy`, _math_ops.py). A wrapper of
+    meta tensors would take the composite here (pow, mean, rsqrt, muls, each product saved), so a
+    wrapper of simulated tensors goes on as AutogradCUDA's would; any other meta tensor takes the
+    composite, as on the GPU."""
+    op = torch.ops.aten._fused_rms_norm.default
+    if _wraps_simulated(input):
+        return op.redispatch(_WRAPPER_CUDA_KEYS, input, normalized_shape, weight, eps)
+    return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, normalized_shape, weight, eps)
+
+
+def fused_rms_norm_kernels():
+    """The AutogradMeta kernel of `_fused_rms_norm` (above), registered until the returned
+    library's `_destroy()`."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_fused_rms_norm", _fused_rms_norm_autograd, "AutogradMeta", with_keyset=True)
+    return lib
 
 
 def _batch_norm(cap, func, args, kwargs):
