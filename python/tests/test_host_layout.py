@@ -134,6 +134,57 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     ]
 
 
+def test_one_share_makes_one_arena_under_the_stacks_as_blind299_kn03_s_h100_maps_show():
+    # kn03's only parallel CPU loops before `.to()` were 49,152-element `zeros` (two grains: one
+    # worker's share); its H100 maps before `.to()` (qa69_kn03_host_layout_h100_2.txt) hold the 15
+    # stacks under the weights and a single arena below them, at align_up(S - 128 MiB, 64 MiB)
+    lines = (FIX / "qa69_kn03_host_layout_h100_2.txt").read_text().splitlines()
+    host = re.compile(r"^\s*host B\s+([+-][\d.]+) len\s+([\d.]+) gap\s+[\d.]+ (\S+) (\S+)")
+    maps = [(float(m[1]), float(m[2]), m[3], m[4]) for line in lines if (m := host.match(line))]
+    weights = next(lo for lo, _, prot, kind in maps if prot == "rw-p" and kind == "w")
+    stacks_seen = sorted(
+        lo for lo, length, prot, _ in maps if prot == "rw-p" and _near(length, 8.0) and lo < weights
+    )
+    arenas_seen = [
+        lo for lo, length, prot, _ in maps if prot == "---p" and _near(length, 63.871) and lo < weights
+    ]
+    # (this process's B, 0x7fecfc000000, is 0 MiB mod 64 MiB)
+    base = 64.0 * 1000
+    space = hl.AddressSpace([(base + weights, base + weights + 296.512, "weights")])
+    stacks, arenas = hl.pool_before_context(space, 15, shared=1)
+    # (each stack's 4 KiB guard lies under it)
+    assert len(stacks_seen) == 15
+    assert all(_near(s - base + 4 / 1024, x) for s, x in zip(sorted(stacks), stacks_seen, strict=True))
+    assert [round(a - base) for a in arenas] == [round(a - 0.129) for a in arenas_seen] == [256]
+
+
+def test_the_pool_s_arenas_are_its_workers_shares_before_the_context(tmp_script):
+    # rule 17 with one worker's share (a fill of 49,152 elements: two grains) before the context:
+    # one arena under the stacks, none in the 64 MiB gaps rule 17 leaves for 15. The context's
+    # range lies under that arena (B+96..B+128 its files' chunk, B+128..B+192 its arena) and no
+    # released range above it holds a 20 MiB chunk with its slack (B+192..B+229.87 is the widest):
+    # the second and third segments go below the range (rule 1: B-448, B-480), where 15 arenas put
+    # them in the gaps between arenas (B+1472 and B+1600, 1,400 and 1,528 MiB above the first)
+    body = """
+import torch
+w = torch.empty(4 << 20)
+torch.empty(SHARE).fill_(1.0)
+v = torch.empty(10 << 20, dtype=torch.uint8)
+x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+y = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+z = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+segs = sorted(s["address"] for s in torch.cuda.memory_snapshot())
+print("from the lowest", [(a - segs[0]) >> 20 for a in segs])
+"""
+    seen = {}
+    for share in (49152, 4 << 20):
+        status, lines, _, err = run_script(tmp_script(body.replace("SHARE", str(share))))
+        assert status == 0, err
+        seen[share] = [line for line in lines if line.startswith("from the lowest")]
+    # (B-480, B-448, B+72 with one share; B+72, B+1472, B+1600 with every worker's)
+    assert seen == {49152: ["from the lowest [0, 32, 552]"], 4 << 20: ["from the lowest [0, 1400, 1528]"]}
+
+
 def test_arenas_packed_by_glibc_s_hint_as_blind290_ke05_s_h100_maps_show():
     # blind290/ke05 (convnext_base built on the host; `nb67_ke05_host_maps_probe.py`, session 67):
     # the H100 process's 15 arenas lie 9 packed (the workers that took glibc's hint, pairing up)

@@ -3203,6 +3203,9 @@ class Capture:
         self.arenas_pending = True
         #: OpenMP's pool started before the context: the host storages alive then (rule 17)
         self.pool_over: set | None = None
+        #: how many of that pool's workers took a share of a loop before the context: those made
+        #: their arenas there (rule 17)
+        self.pool_working = 0
         #: the kernel modules loaded (`_MODULE_OPS`)
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
@@ -3388,7 +3391,8 @@ class Capture:
     def _map_pool_layout(self, storages) -> None:
         """Rule 17 (docs/driver-placement.md, session 62; `_host_layout`): OpenMP's pool started
         on the host before the context. The storages alive at its start lie lowest first directly
-        above its 15 stacks, the arenas below those 128 MiB apart, the later storages in the gaps
+        above its 15 stacks, the arenas of the workers that took a share of a loop before the
+        context below those 128 MiB apart, the later storages in the gaps
         (top-down, the first made highest), then the context's own mappings and its range under
         the lowest arena. The stacks' phase modulo 64 MiB is the process's draw: the median,
         32 MiB (the H100's probe: 43.4; `VRAMSCOPE_STACKS_PHASE` sets it for validation)."""
@@ -3406,7 +3410,7 @@ class Capture:
             at += lens[id(st)] / mib
         if not space.maps:
             space.maps.append((at, at, "top"))  # (no tensor before the pool: the stacks' top)
-        hl.pool_before_context(space, INTRA_OP_WORKERS, packed=_arenas_packed())
+        hl.pool_before_context(space, INTRA_OP_WORKERS, packed=_arenas_packed(), shared=self.pool_working)
         for st in sorted(later, key=lambda st: -st.data_ptr()):
             space.map(lens[id(st)] / mib, st)
         anchor = hl.context(space)
@@ -3928,7 +3932,9 @@ class Capture:
         if normal_draw:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
-        if not converted and self.arenas_pending:
+        # (before the context, a started pool's later loops count the workers with an arena)
+        pool_arenas = self.pool_over is not None and not self.started
+        if not converted and (self.arenas_pending or (pool_arenas and self.pool_working < INTRA_OP_WORKERS)):
             loop = _host_parallel(func, args, kwargs, out)
         if converted:
             # a host-to-device copy staged on the host: a CPU temporary (Copy.cu's
@@ -3954,6 +3960,12 @@ class Capture:
                 self.arenas_pending = False
                 # the host tensors made so far lie above the pool's stacks (rule 17)
                 self.pool_over = {st.data_ptr() for st in self._host_storages()}
+                self.pool_working = working
+        elif loop and pool_arenas:
+            # a worker's arena comes at its first share of a loop (rule 15), before the context as
+            # after it (rule 17: blind299/kn03's H100 maps hold one arena under the stacks, its only
+            # loops before `.to()` 49,152-element `zeros`, one worker's share)
+            self.pool_working = max(self.pool_working, self._working(loop))
         elif loop:
             # the workers that take their first share of a loop make their arena (rule 15)
             self._native_workers("intra_op_work", working=self._working(loop))

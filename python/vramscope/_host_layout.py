@@ -112,10 +112,13 @@ class AddressSpace:
 
 
 def pool_before_context(
-    space: AddressSpace, workers: int, packed: int = 0
+    space: AddressSpace, workers: int, packed: int = 0, shared: int | None = None
 ) -> tuple[list[float], list[float]]:
     """OpenMP's pool starting on the host before the context (libgomp's `gomp_team_start`): the
-    workers' stacks one after another (rule 7), then each worker's arena at its first `malloc`.
+    workers' stacks one after another (rule 7), then each worker's arena at its first `malloc`:
+    `shared` of them (all `workers` where None), those that took a share of a parallel loop before
+    the context (`at::parallel_for` splits a loop into one share a grain, so a loop of two grains
+    gives one worker a share: blind299/kn03's H100 maps hold one arena, session 69).
     The workers enter `new_heap` together, before any of them sets glibc's hint (the H100's maps:
     no arena in the 64 MiB its neighbour gave back), so each 128 MiB mapping goes directly below the
     last arena and the arenas lie 128 MiB apart, the 64 MiB between them free; the last aligned
@@ -129,7 +132,7 @@ def pool_before_context(
     stacks = [space.map(STACK, f"stack {k}") for k in range(workers)]
     arenas = []
     hint = None
-    for k in range(workers):
+    for k in range(workers if shared is None else shared):
         if k >= packed:
             space.heap_hint = None
         tried = space.heap_hint

@@ -10,6 +10,18 @@ with them as the same kind of list: the (count, requested) of each call that all
 outputs, as multisets (a cuBLAS workspace made at another call of one op counts once on each side and
 cancels). Printed: each op whose calls' allocations (count, requested bytes) differ, with how often,
 then the ops each side ran that the other did not.
+
+Differences that come from the GPU's mode, not the twin (blind99/cu01's H200 truth, session 74):
+- CudnnBatchNormBackward0 makes `grad.contiguous(input.suggest_memory_format())` a `clone` op before
+  `cudnn_batch_norm_backward`; the twin makes that copy inside `native_batch_norm_backward`: a
+  strided gradient's `batch_norm_backward` reads one allocation of its size over the GPU's, and
+  `clone` as many calls under it (same bytes, same order).
+- under `inference_mode` the GPU's mode sees `scaled_dot_product_attention` and `linear` themselves
+  where the twin sees the backend's ops (`_scaled_dot_product_cudnn_attention`, `matmul`): keys that
+  do not match, whose totals do.
+- a `linear` the GPU's mode intercepts under `inference_mode` runs `weight.t()` below
+  ADInplaceOrView, so the view does not require grad and `matmul` does not fold a 3-D strided input
+  (no copy); the program's own run folds it (`_kernels/matmul.py` `_linear`: blind54/bb04's H200 history).
 """
 
 import collections
