@@ -599,6 +599,33 @@ def test_a_gpu_parameter_moved_to_the_host_frees_its_storage_while_a_finished_gr
         assert lin.weight.device.type == "cpu" and lin.weight.requires_grad
 
 
+def test_a_parameter_with_a_gradient_moves_to_the_host_and_back_in_place_with_it():
+    # `_apply` sets the data of a Parameter that has a gradient in place too, then its gradient's
+    # (`out_param.grad.data = fn(param.grad)`, torch/nn/modules/module.py), so the optimizer's
+    # Parameters and their state stay, and the CUDA storages of both die at `.cpu()`
+    # (blind335/lx04: fast_neural_style's checkpoint `transformer.eval().cpu()` then
+    # `.to(device)` between Adam steps; the twin made new Parameters and kept the old ones' storage
+    # for Adam, 3 x the model's 6,721,536 bytes over at the epoch's end). The last loss lives on,
+    # its graph holding the Parameters' old TensorImpls: their gradients' storage dies all the same
+    with vramscope.capture():
+        lin = torch.nn.Linear(1024, 1024).cuda()
+        opt = torch.optim.Adam(lin.parameters())
+        loss = lin(torch.zeros(8, 1024, device="cuda")).sum()
+        loss.backward()
+        opt.step()
+        weight = lin.weight
+        before = torch.cuda.memory_allocated()
+        lin.cpu()
+        assert lin.weight is weight and weight.device.type == "cpu"
+        assert weight.grad is not None and weight.grad.device.type == "cpu"
+        assert before - torch.cuda.memory_allocated() == 2 * 4198400
+        lin.to("cuda")
+        assert lin.weight is weight and weight.is_cuda and weight.grad.is_cuda
+        assert torch.cuda.memory_allocated() == before
+        assert weight in opt.state and opt.param_groups[0]["params"][0] is weight
+        del loss
+
+
 def test_a_parameter_an_autograd_graph_holds_moves_to_the_gpu():
     # `torch.nn.utils.weight_norm` computes the weight from g and v at wrapping, a graph that saves
     # both until the first forward recomputes it; `.to("cuda")` then sets their data

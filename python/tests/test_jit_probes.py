@@ -150,6 +150,20 @@ def test_an_unmeasured_conv_without_tf32_takes_the_tf32_workspace_and_says_so():
     assert cap.unmeasured.get("cuDNN's float32 forward workspace with allow_tf32 False") == 1
 
 
+def test_conv_workspaces_under_cudnn_deterministic_as_the_h100_ran_them(capsys):
+    # lx73_conv_deterministic_workspace_probe (blind335/lx01's ResNet-18 problems at batch 256, fp32):
+    # with `torch.backends.cudnn.deterministic = True` cudnn/Conv_v8.cpp's filterEngineConfigs drops
+    # the nondeterministic engines; the stem's data gradient then takes 1,042,416,128 bytes and the
+    # first 1x1 downsample's weight gradient 512 where the tables' plans take none
+    gpu = (PROBES / "lx73_conv_deterministic_workspace_probe_h100.out").read_text()
+    try:
+        twin, cap = _run("lx73_conv_deterministic_workspace_probe.py", capsys)
+    finally:
+        torch.backends.cudnn.deterministic = False
+    assert twin == gpu.splitlines()
+    assert not any("deterministic" in k for k in cap.unmeasured)
+
+
 def test_a_conv_under_cudnn_deterministic_takes_the_tables_workspace_and_says_so():
     # cudnn/Conv_v8.cpp's filterEngineConfigs drops the nondeterministic engines then: no measured
     # workspace holds (blind335/lx01, pytorch/examples imagenet with --seed)

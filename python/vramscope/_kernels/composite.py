@@ -14,7 +14,7 @@ from .._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 from .._tensor import registered, tensors_in
 from .host import _d2h_staging
 from .registry import DISPATCH, FUNCTIONS
-from .storage import takes_inference_tensor
+from .storage import IN_MODULE_APPLY, takes_inference_tensor
 
 aten = torch.ops.aten
 
@@ -385,8 +385,11 @@ def module_apply(original):
         Parameter stays, so an optimizer built before `.cuda()` still holds it), or a simulated
         parameter taking a dense CPU tensor (`.to("cpu")`: whoever else holds the Parameter, as
         eager QAT's float module does through its qconfig's factory-kwargs closure, sees the CPU
-        tensor, and the CUDA storage dies: blind169/fm04's H200 record)."""
-        if type(t) is not torch.nn.Parameter or t.grad is not None or t.grad_fn is not None:
+        tensor, and the CUDA storage dies: blind169/fm04's H200 record). A parameter with a
+        gradient moves so too, its gradient after it (`_apply`: `out_param.grad.data = ...`), so an
+        optimizer's state stays with it (blind335/lx04: fast_neural_style's checkpoint
+        `transformer.eval().cpu()` then `.to(device)` between steps, Adam's state left on the GPU)."""
+        if type(t) is not torch.nn.Parameter or t.grad_fn is not None:
             return False
         if t.layout != torch.strided or applied.layout != torch.strided:
             return False
@@ -458,11 +461,13 @@ def module_apply(original):
             if isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
         ]
         depth[0] += 1
+        IN_MODULE_APPLY[0] += 1
         torch._has_compatible_shallow_copy_type = compatible
         try:
             out = original(self, once, recurse)
         finally:
             torch._has_compatible_shallow_copy_type = real_compatible
+            IN_MODULE_APPLY[0] -= 1
             depth[0] -= 1
         for table, key, old in lazy:
             new = table[key]

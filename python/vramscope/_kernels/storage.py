@@ -38,6 +38,22 @@ def _swap_tensors_unchecked(t1, t2):
     torch._C._swap_tensor_impl(t1, t2)
 
 
+#: how deep `nn.Module._apply` runs (`composite.module_apply`): there a parameter's gradient moves after
+#: the parameter (`out_param.grad.data = fn(param.grad)`, or `out_param.grad = ...`), so `var.data = new`
+#: may move a parameter that has one
+IN_MODULE_APPLY = [0]
+
+
+def _moves_with_grad(var) -> bool:
+    """Whether `var.data = new` may take `var` with its gradient: only inside `nn.Module._apply`,
+    which read the gradient before and moves it next (torch/nn/modules/module.py). On the GPU
+    `set_data` (`VariableHooks::set_data`) leaves the gradient on the old device until then; here
+    the variable lets it go before its TensorImpl is swapped, and `_apply` then gives it the moved
+    one (`out_param.grad = grad_applied`, the simulated and CPU tensors not being compatible): the
+    old gradient's storage dies as on the GPU."""
+    return var.grad is None or IN_MODULE_APPLY[0] > 0
+
+
 def takes_inference_tensor(var, new) -> bool:
     """Whether `var.data = new` gives a simulated tensor a simulated inference tensor (`module.half()`
     under inference_mode: `_apply`'s `param.data = fn(param)`). On the GPU both are dense CUDA
@@ -69,11 +85,14 @@ def _set_data(cap, func, args, kwargs):
         and new.device.type == "cpu"
         and new.layout == torch.strided
         and var.grad_fn is None
-        and var.grad is None
+        and _moves_with_grad(var)
     ):
         # the reverse (`.to("cpu")`): the Parameter takes a CPU stand-in's TensorImpl, the stand-in
         # the simulated one, whose storage dies with it as the CUDA storage dies on the GPU
         stand_in = torch.nn.Parameter(torch.empty(0, dtype=new.dtype), requires_grad=var.requires_grad)
+        # the gradient `_apply` moves next leaves the simulated impl, which an autograd graph may
+        # keep (`_moves_with_grad`): on the GPU its storage dies at `out_param.grad.data = ...`
+        var.grad = None
         _swap_tensors_unchecked(var, stand_in)
         var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
         # set_data replaces the storage inside the variable's own TensorImpl, which an autograd
@@ -104,7 +123,7 @@ def _set_data(cap, func, args, kwargs):
         or var.layout != torch.strided
         or new.layout != torch.strided
         or var.grad_fn is not None
-        or var.grad is not None
+        or not _moves_with_grad(var)
     ):
         return NotImplemented
     cap.genuine_meta += 1
