@@ -3,7 +3,8 @@
 #   PLAN=FILE      record_lanes.py's lanes of blind scripts (record_lanes.sh, DEADLINE= seconds a lane)
 #   CONV=FILE      conv_sweep.py run over FILE's problems, 2 workers (CSSEC= seconds, default 150)
 #   TRUTH="N ..."  truth.sh's per-op truth (OPS_TRUTH_ALL=1) of the named scripts (TSEC=, TRUTH_JOBS=)
-#   PROBES="P ..." probes/P.py, one after another, each to probes/P_GPU.out (90 s each)
+#   PROBES="P ..." probes/P.py, one after another, each to probes/P_GPU.out (90 s each); P:D/S runs
+#                  probes/P.py on the blind script D/S_*.py, to probes/P_S_GPU.out
 #   HIST="D/P ..." history.py (CONTEXT=none) of validation/run/D/P_*.py, to hist/history_P_GPU.pickle.xz
 #   BENCH=FILE     then, alone on the GPU, conv_sweep.py run-benchmark over FILE, 4 workers (BMSEC=)
 # The first five run at once; the benchmark sweep waits for them (its search workspaces depend on the
@@ -26,9 +27,12 @@ stamp() { echo "$1 $(( $(date +%s) - t0 ))s" >> $R/times.txt; }
 [ -z "${TRUTH:-}" ] || ( OPS_TRUTH_ALL=1 NO_MEMTRACKER=1 TRUTH_JOBS=${TRUTH_JOBS:-2} timeout ${TSEC:-260} \
     bash truth.sh $R/tr $TRUTH > $R/truth.log 2>&1; stamp truth ) &
 (
-    for p in ${PROBES:-}; do
-        timeout 90 python3 probes/$p.py > $R/probes/${p}_$g.out 2> $R/probes/${p}_$g.err
-        echo "$p rc=$?" >> $R/probes/summary.txt
+    for item in ${PROBES:-}; do
+        p=${item%%:*}; arg=""; tag=$p
+        [ "$item" = "$p" ] || { arg=$(ls ${item#*:}_*.py | head -1); tag=${p}_$(basename "${item#*:}"); }
+        # shellcheck disable=SC2086  # an empty arg is no argument
+        timeout 90 python3 probes/$p.py $arg > $R/probes/${tag}_$g.out 2> $R/probes/${tag}_$g.err
+        echo "$tag rc=$?" >> $R/probes/summary.txt
     done
     for s in ${HIST:-}; do
         n=$(basename "$s"); f=$(ls "${s}"_*.py | head -1)
