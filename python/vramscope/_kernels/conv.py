@@ -404,54 +404,37 @@ def _no_tf32_workspace(cap, op, conv, with_tf32):
 # cuDNN's heuristics plan under `torch.backends.cudnn.deterministic = True` (Convolution.cpp passes
 # `deterministicCuDNN() || deterministicAlgorithms()`; cudnn/Conv_v8.cpp's `filterEngineConfigs` then
 # drops the engine configs with CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, so the first config left may be
-# another engine's) as the H100 measured it (torch 2.11.0, session 74's call:
+# another engine's) as the H100 measured it (torch 2.11.0,
 # validation/run/probes/lx73_conv_deterministic_workspace_probe.py, its _h100.out): blind335/lx01's
 # ResNet-18 problems at batch 256, float32 NCHW, TF32 on, dilation 1, groups 1, benchmark off.
-# (op, input, weight, stride, padding) -> the plan's bytes, None where it took the tables' (measured
-# with deterministic False). The two that differ took none without: the data gradient of the 7x7
-# stem (1,042,416,128 bytes allocated beyond the output's block) and the weight gradient of the
-# first 1x1 stride-2 downsample (one 512-byte block); the bytes are those blocks', the request
-# inside them not measured.
-_DETERMINISTIC = {
-    ("forward", (256, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)): None,
+# The measured problems (input, weight, stride, padding), each's forward, dgrad and wgrad: all take the
+# tables' bytes (measured with deterministic False) but the two in `_DETERMINISTIC_OWN`, which took none
+# without: the data gradient of the 7x7 stem (1,042,416,128 bytes allocated beyond the output's block) and
+# the weight gradient of the first 1x1 stride-2 downsample (one 512-byte block); the bytes are those
+# blocks', the request inside them not measured.
+_DETERMINISTIC_MEASURED = {
+    ((256, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)),
+    ((256, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)),
+    ((256, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1)),
+    ((256, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)),
+    ((256, 64, 56, 56), (128, 64, 1, 1), (2, 2), (0, 0)),
+    ((256, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1)),
+    ((256, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)),
+    ((256, 128, 28, 28), (256, 128, 1, 1), (2, 2), (0, 0)),
+    ((256, 256, 14, 14), (512, 256, 3, 3), (2, 2), (1, 1)),
+    ((256, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)),
+    ((256, 256, 14, 14), (512, 256, 1, 1), (2, 2), (0, 0)),
+}
+_DETERMINISTIC_OWN = {
     ("dgrad", (256, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)): 1_042_416_128,
-    ("wgrad", (256, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)): None,
-    ("forward", (256, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)): None,
-    ("dgrad", (256, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)): None,
-    ("wgrad", (256, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)): None,
-    ("forward", (256, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1)): None,
-    ("dgrad", (256, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1)): None,
-    ("wgrad", (256, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1)): None,
-    ("forward", (256, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)): None,
-    ("dgrad", (256, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)): None,
-    ("wgrad", (256, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)): None,
-    ("forward", (256, 64, 56, 56), (128, 64, 1, 1), (2, 2), (0, 0)): None,
-    ("dgrad", (256, 64, 56, 56), (128, 64, 1, 1), (2, 2), (0, 0)): None,
     ("wgrad", (256, 64, 56, 56), (128, 64, 1, 1), (2, 2), (0, 0)): 512,
-    ("forward", (256, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1)): None,
-    ("dgrad", (256, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1)): None,
-    ("wgrad", (256, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1)): None,
-    ("forward", (256, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)): None,
-    ("dgrad", (256, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)): None,
-    ("wgrad", (256, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)): None,
-    ("forward", (256, 128, 28, 28), (256, 128, 1, 1), (2, 2), (0, 0)): None,
-    ("dgrad", (256, 128, 28, 28), (256, 128, 1, 1), (2, 2), (0, 0)): None,
-    ("wgrad", (256, 128, 28, 28), (256, 128, 1, 1), (2, 2), (0, 0)): None,
-    ("forward", (256, 256, 14, 14), (512, 256, 3, 3), (2, 2), (1, 1)): None,
-    ("dgrad", (256, 256, 14, 14), (512, 256, 3, 3), (2, 2), (1, 1)): None,
-    ("wgrad", (256, 256, 14, 14), (512, 256, 3, 3), (2, 2), (1, 1)): None,
-    ("forward", (256, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)): None,
-    ("dgrad", (256, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)): None,
-    ("wgrad", (256, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)): None,
-    ("forward", (256, 256, 14, 14), (512, 256, 1, 1), (2, 2), (0, 0)): None,
-    ("dgrad", (256, 256, 14, 14), (512, 256, 1, 1), (2, 2), (0, 0)): None,
-    ("wgrad", (256, 256, 14, 14), (512, 256, 1, 1), (2, 2), (0, 0)): None,
 }
 
 
 def _deterministic_workspace(cap, op, conv, nbytes):
-    """The workspace of a convolution under deterministic algorithms: `_DETERMINISTIC`'s bytes for a
-    measured problem (the tables' `nbytes` where it holds None), else `nbytes`, noted as unmeasured."""
+    """The workspace of a convolution under deterministic algorithms: `_DETERMINISTIC_OWN`'s bytes for
+    a measured problem it holds, the tables' `nbytes` for the other measured ones, else `nbytes`, noted
+    as unmeasured."""
     x, w, stride, padding, dilation, transposed, _, groups, cl = conv
     plain = not (
         transposed
@@ -462,10 +445,9 @@ def _deterministic_workspace(cap, op, conv, nbytes):
         or not torch.backends.cudnn.allow_tf32
         or torch.backends.cudnn.benchmark
     )
-    key = (op, tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding))
-    if plain and key in _DETERMINISTIC:
-        measured = _DETERMINISTIC[key]
-        return nbytes if measured is None else measured
+    problem = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding))
+    if plain and problem in _DETERMINISTIC_MEASURED:
+        return _DETERMINISTIC_OWN.get((op, *problem), nbytes)
     cap.note_unmeasured(
         f"cuDNN's {op} workspace under deterministic algorithms",
         f"cuDNN's {op} workspace of input {tuple(x.shape)} by weight {tuple(w.shape)} with "
