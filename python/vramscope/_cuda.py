@@ -100,7 +100,9 @@ def _pool_hash(pool) -> int:
 _PRIVATE_POOL_STREAMS = 0x7E00_0000_0000
 
 
-#: device memory the driver takes at the process's first kernel launch (`mem_get_info`)
+#: device memory the driver takes at the process's first kernel launch (`mem_get_info`): the Hopper
+#: context after kernels, 554,500,096 bytes (`HOPPER_CONTEXT`, crates/engine/src/gpus.rs, measured), less
+#: the H200's 552,402,944 before any (fixtures/h200/README.md; cb_meminfo_probe_h200.txt's `setup` line)
 _FIRST_LAUNCH_BYTES = 2 << 20
 
 
@@ -771,8 +773,8 @@ def patch(cap) -> _Patch:
         launch the driver's own 2 MiB of that launch (address-space rule 6) is free still, which the
         context's figure (`context_bytes`, read after loading) holds: measured on the H200, 552,402,944
         bytes used after `torch.cuda.init()` and after a model's blocking `.to("cuda", bfloat16)`
-        (host-side conversions, no kernel: cb_meminfo_probe_h200.txt's `setup`), 554,500,096 after
-        its first kernels (fixtures/h200/README.md)."""
+        (host-side conversions, no kernel: cb_meminfo_probe_h200.txt's `setup`; fixtures/h200/README.md),
+        554,500,096 after its first kernels (`HOPPER_CONTEXT`)."""
         free, total = cap.device.mem_get_info()
         if not cap.launched:
             free += _FIRST_LAUNCH_BYTES

@@ -118,7 +118,7 @@ def pool_before_context(
     workers' stacks one after another (rule 7), then each worker's arena at its first `malloc`:
     `shared` of them (all `workers` where None), those that took a share of a parallel loop before
     the context (`at::parallel_for` splits a loop into one share a grain, so a loop of two grains
-    gives one worker a share: blind299/kn03's H100 maps hold one arena, session 69).
+    gives one worker a share: blind299/kn03's H100 maps hold one arena).
     The workers enter `new_heap` together, before any of them sets glibc's hint (the H100's maps:
     no arena in the 64 MiB its neighbour gave back), so each 128 MiB mapping goes directly below the
     last arena and the arenas lie 128 MiB apart, the 64 MiB between them free; the last aligned
