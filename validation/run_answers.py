@@ -9,6 +9,7 @@ Written before the GPU runs a new script (blind), then compared with
 validation/run_compare.py.
 """
 
+import argparse
 import glob
 import json
 import os
@@ -61,11 +62,16 @@ def answer(path, args=(), cwd=HERE, name=None, log=None, options=()):
 
 
 def main():
-    out = sys.argv[1]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", metavar="OUT.jsonl", help="where the answers go, one JSON line per phase")
+    ap.add_argument("scripts", metavar="SCRIPT", nargs="*", help="default: validation/run/NN_*.py")
+    ap.add_argument("-j", "--workers", type=int, default=2, help="scripts answered at once (default 2)")
+    a = ap.parse_args()
+    out = a.out
     todo = [
-        os.path.abspath(s) if os.path.exists(s) else os.path.join(HERE, s) for s in sys.argv[2:]
+        os.path.abspath(s) if os.path.exists(s) else os.path.join(HERE, s) for s in a.scripts
     ] or scripts()
-    with ThreadPoolExecutor(max_workers=2) as ex:
+    with ThreadPoolExecutor(max_workers=a.workers) as ex:
         results = list(ex.map(answer, todo))
     with open(out, "w") as f:
         for lines in results:
