@@ -390,7 +390,9 @@ def main():
             "84.5 GB, not an H200's ~150) bounded the plans each search kept; their searches reach 11.7 "
             "GB, 14% of it, and their timed plans are the H100's fastest. Likewise on an H100 (session "
             "74): the 110 items of validation/run/benchmark_problems_blind338.json "
-            "(fixtures/run/cudnn_benchmark_sweep_blind338_h100.tar.xz)."
+            "(fixtures/run/cudnn_benchmark_sweep_blind338_h100.tar.xz), and (session 75) the 23 items of "
+            "validation/run/benchmark_problems_blind335.json "
+            "(fixtures/run/cudnn_benchmark_sweep_blind335_h100.tar.xz)."
         ),
         "problems": problems,
     }
