@@ -35,14 +35,17 @@ def answer(path, args=(), cwd=HERE, name=None, log=None, options=()):
         report = os.path.join(tmp, "r.json")
         env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "PYTORCH_CUDA_ALLOC_CONF")}
         run = [sys.executable, "-m", "vramscope", "run", "--gpu", os.environ.get("GPU", "h100"), "--quiet"]
-        p = subprocess.run(
-            [*run, *options, "--json", report, path, *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=900,
-        )
+        try:
+            p = subprocess.run(
+                [*run, *options, "--json", report, path, *args],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=900,
+            )
+        except subprocess.TimeoutExpired as e:
+            return [{"script": name, "phase": "end", "exit": 124, "error": f"timed out after {e.timeout} s"}]
         if log:
             for ext, text in ((".out", p.stdout), (".err", p.stderr)):
                 with open(log + ext, "w") as f:
