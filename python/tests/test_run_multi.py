@@ -266,6 +266,26 @@ def test_sequence_parallel_rms_norm_takes_the_fused_kernel(tmp_script):
     assert lines[-1] == f"ran FusedRmsNormBackward0 {rows * 1024 * 4 + rows * 4} (4, 512, 1024)"
 
 
+def test_the_wrapper_autograd_rule_covers_every_op_whose_cuda_and_meta_autograd_kernels_differ():
+    # `_capture._autograd_meta` is registered for `_meta_composite_ops`: every aten op whose
+    # computed AutogradCUDA kernel differs from its AutogradMeta one (ATen's test ops aside), read
+    # from the dispatcher's tables as a wrapper of meta tensors would meet them
+    import torch
+    from vramscope import _capture
+
+    differ = set()
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or name.startswith("aten::_test_"):
+            continue
+        table = dict(
+            line.split(": ", 1) for line in torch._C._dispatch_dump_table(name).splitlines() if ": " in line
+        )
+        cuda, meta = table.get("AutogradCUDA"), table.get("AutogradMeta")
+        if cuda != meta and not ("backend fallback" in str(cuda) and "backend fallback" in str(meta)):
+            differ.add(name)
+    assert differ == set(_capture._meta_composite_ops()) == {"aten::_fused_rms_norm", "aten::mish_backward"}
+
+
 OBJECTS = """
 import os, torch, torch.distributed as dist
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29544")
