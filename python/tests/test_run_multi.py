@@ -266,6 +266,36 @@ def test_sequence_parallel_rms_norm_takes_the_fused_kernel(tmp_script):
     assert lines[-1] == f"ran FusedRmsNormBackward0 {rows * 1024 * 4 + rows * 4} (4, 512, 1024)"
 
 
+DTENSOR_OPS = """
+import os, sys
+import torch, torch.distributed as dist, torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+x = distribute_tensor(torch.randn(4, 512, 1024, device="cuda", requires_grad=True), mesh, [Shard(1)])
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+y = getattr(F, sys.argv[1])(x)
+held = torch.cuda.memory_allocated() - base
+peak = torch.cuda.max_memory_allocated() - base
+y.to_local().sum().backward()
+print("ran", type(y.grad_fn).__name__, held, peak)
+"""
+
+
+def test_dropout_of_a_dtensor_takes_the_fused_kernel(tmp_script):
+    # Dropout.cpp's `is_fused_kernel_acceptable` reads `input.is_cuda()`, true for a DTensor on the
+    # GPU: `native_dropout`, which DTensor runs on the local tensor, NativeDropoutBackward0 saving
+    # its bool mask. As a meta wrapper it took `_dropout_impl`: a noise tensor like the input, kept
+    # by MulBackward0
+    status, lines, _report, err = run_script(tmp_script(DTENSOR_OPS), "dropout", extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    local = 4 * 256 * 1024  # rank 0's Shard(1) of the (4, 512, 1024) input
+    assert lines[-1] == f"ran NativeDropoutBackward0 {local * 4 + local} {local * 4 + local}"
+
+
 def test_the_wrapper_autograd_rule_covers_every_op_whose_cuda_and_meta_autograd_kernels_differ():
     # `_capture._autograd_meta` is registered for `_meta_composite_ops`: every aten op whose
     # computed AutogradCUDA kernel differs from its AutogradMeta one (ATen's test ops aside), read
