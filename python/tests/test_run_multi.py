@@ -296,6 +296,18 @@ def test_dropout_of_a_dtensor_takes_the_fused_kernel(tmp_script):
     assert lines[-1] == f"ran NativeDropoutBackward0 {local * 4 + local} {local * 4 + local}"
 
 
+def test_dtensor_sharding_propagation_by_decomposition_holds_no_device_memory(tmp_script):
+    # an op without a DTensor strategy (mish) has its sharding found by running its decomposition
+    # on meta tensors DTensor makes itself, once per candidate placement
+    # (`DecompShardingStrategy._propagate_through_decomp`): they hold no GPU memory, so the
+    # forward's peak is the local output. They were counted as the simulated device's (softplus's
+    # exp, log1p and where per candidate: a peak of 4.25 outputs)
+    status, lines, _report, err = run_script(tmp_script(DTENSOR_OPS), "mish", extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    local = 4 * 256 * 1024 * 4
+    assert lines[-1] == f"ran MishBackward0 {local} {local}"
+
+
 def test_the_wrapper_autograd_rule_covers_every_op_whose_cuda_and_meta_autograd_kernels_differ():
     # `_capture._autograd_meta` is registered for `_meta_composite_ops`: every aten op whose
     # computed AutogradCUDA kernel differs from its AutogradMeta one (ATen's test ops aside), read
