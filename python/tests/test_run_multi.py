@@ -266,6 +266,68 @@ def test_sequence_parallel_rms_norm_takes_the_fused_kernel(tmp_script):
     assert lines[-1] == f"ran FusedRmsNormBackward0 {rows * 1024 * 4 + rows * 4} (4, 512, 1024)"
 
 
+DTENSOR_OPS = """
+import os, sys
+import torch, torch.distributed as dist, torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+x = distribute_tensor(torch.randn(4, 512, 1024, device="cuda", requires_grad=True), mesh, [Shard(1)])
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+y = getattr(F, sys.argv[1])(x)
+held = torch.cuda.memory_allocated() - base
+peak = torch.cuda.max_memory_allocated() - base
+y.to_local().sum().backward()
+print("ran", type(y.grad_fn).__name__, held, peak)
+"""
+
+
+def test_dropout_of_a_dtensor_takes_the_fused_kernel(tmp_script):
+    # Dropout.cpp's `is_fused_kernel_acceptable` reads `input.is_cuda()`, true for a DTensor on the
+    # GPU: `native_dropout`, which DTensor runs on the local tensor, NativeDropoutBackward0 saving
+    # its bool mask. As a meta wrapper it took `_dropout_impl`: a noise tensor like the input, kept
+    # by MulBackward0
+    status, lines, _report, err = run_script(tmp_script(DTENSOR_OPS), "dropout", extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    local = 4 * 256 * 1024  # rank 0's Shard(1) of the (4, 512, 1024) input
+    assert lines[-1] == f"ran NativeDropoutBackward0 {local * 4 + local} {local * 4 + local}"
+
+
+def test_dtensor_sharding_propagation_by_decomposition_holds_no_device_memory(tmp_script):
+    # an op without a DTensor strategy (mish) has its sharding found by running its decomposition
+    # on meta tensors DTensor makes itself, once per candidate placement
+    # (`DecompShardingStrategy._propagate_through_decomp`): they hold no GPU memory, so the
+    # forward's peak is the local output. They were counted as the simulated device's (softplus's
+    # exp, log1p and where per candidate: a peak of 4.25 outputs)
+    status, lines, _report, err = run_script(tmp_script(DTENSOR_OPS), "mish", extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    local = 4 * 256 * 1024 * 4
+    assert lines[-1] == f"ran MishBackward0 {local} {local}"
+
+
+def test_the_wrapper_autograd_rule_covers_every_op_whose_cuda_and_meta_autograd_kernels_differ():
+    # `_capture._autograd_meta` is registered for `_meta_composite_ops`: every aten op whose
+    # computed AutogradCUDA kernel differs from its AutogradMeta one (ATen's test ops aside), read
+    # from the dispatcher's tables as a wrapper of meta tensors would meet them
+    import torch
+    from vramscope import _capture
+
+    differ = set()
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or name.startswith("aten::_test_"):
+            continue
+        table = dict(
+            line.split(": ", 1) for line in torch._C._dispatch_dump_table(name).splitlines() if ": " in line
+        )
+        cuda, meta = table.get("AutogradCUDA"), table.get("AutogradMeta")
+        if cuda != meta and not ("backend fallback" in str(cuda) and "backend fallback" in str(meta)):
+            differ.add(name)
+    assert differ == set(_capture._meta_composite_ops()) == {"aten::_fused_rms_norm", "aten::mish_backward"}
+
+
 OBJECTS = """
 import os, torch, torch.distributed as dist
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29544")

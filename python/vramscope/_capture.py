@@ -2835,14 +2835,62 @@ def _autograd_other(func):
     return kernel
 
 
+#: a CUDA wrapper's keys from autograd down, fallthroughs left out as the dispatcher leaves them out:
+#: AutogradCUDA, then Python (the subclass's `__torch_dispatch__`). The wrapper's own set carries the
+#: Meta backend bit, which `DispatchKeySet.remove` keeps (it clears functionality bits only), so any
+#: set built from it would lead back to AutogradMeta
+_WRAPPER_CUDA_KEYS = _AUTOGRAD_CUDA | torch._C.DispatchKeySet(_DK.Python)
+
+
+def _meta_composite_ops() -> list:
+    """The ops of `_cuda_and_composite` without a Meta kernel (torch 2.11: `mish_backward`,
+    `_fused_rms_norm`): the only aten ops whose AutogradCUDA and AutogradMeta kernels differ (the
+    dispatcher's computed tables, test ops aside). AutogradCUDA's is autograd's (VariableType: the
+    derivatives.yaml node, then the CUDA kernel below it); AutogradMeta's the composite, run above
+    autograd as its parts (OperatorEntry.cpp rule 2.2: no kernel for the backend)."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return [n for n in _cuda_and_composite() if not has(n, "Meta")]
+
+
+def _autograd_meta(func, meta_kernel):
+    """The AutogradMeta kernel of `func` (one of `_meta_composite_ops`) during a capture.
+
+    A wrapper subclass of simulated tensors that leaves torch functions to C++ (`_tensor.cuda_wrapper`:
+    a DTensor, an AsyncCollectiveTensor) is made on the meta device, so its key set is meta's where
+    the GPU's is CUDA's: an op on it reaches AutogradMeta's composite where the GPU's reaches
+    AutogradCUDA's autograd kernel, which records the op's node and hands the op to the wrapper's
+    `__torch_dispatch__` (DTensor's strategy runs the fused kernel on the local tensors). Such a
+    call is redispatched at AutogradCUDA (blind339/mb03: `rms_norm` of a SequenceParallel DTensor
+    calls `_fused_rms_norm` on it, layer_norm.cpp; FusedRmsNormBackward0 saves input, weight and
+    the fp32 rstd, where the composite kept x * rstd per norm). Others take `meta_kernel`, else the
+    composite, as meta tensors do on the GPU."""
+
+    def kernel(keyset, *args, **kwargs):
+        if any(_tensor.cuda_wrapper(t) for t in _tensors((args, kwargs))):
+            return func.redispatch(_WRAPPER_CUDA_KEYS, *args, **kwargs)
+        if meta_kernel is not None:
+            return meta_kernel(*args, **kwargs)
+        return func._op_dk(_DK.CompositeImplicitAutograd, *args, **kwargs)
+
+    return kernel
+
+
+def _overload(full: str):
+    name, _, overload = full[len("aten::") :].partition(".")
+    return getattr(getattr(torch.ops.aten, name), overload or "default")
+
+
 def wrapper_kernels():
-    """The AutogradOther kernels of `_autograd_other`, registered until the returned library's
-    `_destroy()`."""
+    """The kernels that give wrappers of simulated tensors the autograd kernels of CUDA tensors,
+    registered until the returned library's `_destroy()`: AutogradOther's (`_autograd_other`,
+    torch.func's wrappers) and AutogradMeta's (`_autograd_meta`, wrapper subclasses)."""
     lib = torch.library.Library("aten", "IMPL")
     for full in _cuda_and_composite():
-        name, _, overload = full[len("aten::") :].partition(".")
-        func = getattr(getattr(torch.ops.aten, name), overload or "default")
-        lib.impl(full[len("aten::") :], _autograd_other(func), "AutogradOther", with_keyset=True)
+        lib.impl(full[len("aten::") :], _autograd_other(_overload(full)), "AutogradOther", with_keyset=True)
+    for full in _meta_composite_ops():
+        name = full[len("aten::") :]
+        kernel = _autograd_meta(_overload(full), _kernels.META_AUTOGRAD.get(name))
+        lib.impl(name, kernel, "AutogradMeta", with_keyset=True)
     return lib
 
 
@@ -4729,8 +4777,6 @@ class Capture:
         _tensor.set_registry(self.storages)
         self._patch = _cuda.patch(self)
         self._autocast = _autocast.Autocast(_native.autocast_policies())
-        self._mish = _norm.mish_kernels()
-        self._rms = _norm.fused_rms_norm_kernels()
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch, "autocast_increment_nesting", _autocast_increment_nesting)
@@ -4813,8 +4859,6 @@ class Capture:
         for h in self._hooks:
             h.remove()
         self._autocast.restore()
-        self._mish._destroy()
-        self._rms._destroy()
         self._wrapper_kernels._destroy()
         self._patch.restore()
         if not self.started:

@@ -594,3 +594,34 @@ def patch_dtensor() -> None:
         return r
 
     DTensor.__new__ = new
+    _decomposed_strategies_on_meta()
+
+
+def _decomposed_strategies_on_meta() -> None:
+    """DTensor's sharding propagation for an op without a strategy of its own (`mish`, `softplus`)
+    runs the op's decomposition once per candidate placement on meta tensors it makes
+    (`torch.empty(..., device="meta")`, `DecompShardingStrategy._propagate_through_decomp`,
+    torch/distributed/tensor/_decompositions.py): genuine meta tensors, which hold no device memory.
+    Below the twin's function mode (the op's own call) such a factory would read as the simulated
+    device's, so the tracing runs with the program's meta device marked genuine."""
+    from torch.distributed.tensor import _decompositions
+
+    from . import _capture
+
+    strategy = _decompositions.DecompShardingStrategy
+    propagate = strategy.__dict__["_propagate_through_decomp"].__func__
+    if getattr(propagate, "_vramscope", False):
+        return
+
+    def propagate_through_decomp(*args, **kwargs):
+        cap = _capture.current()
+        if cap is None:
+            return propagate(*args, **kwargs)
+        cap.genuine_meta += 1
+        try:
+            return propagate(*args, **kwargs)
+        finally:
+            cap.genuine_meta -= 1
+
+    propagate_through_decomp._vramscope = True
+    strategy._propagate_through_decomp = staticmethod(propagate_through_decomp)

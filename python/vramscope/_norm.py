@@ -12,13 +12,12 @@ kernels allocate them, and the scratch each takes beyond its outputs.
 from __future__ import annotations
 
 import math
-import sys
 
 import torch
 from torch._prims_common import suggest_memory_format
 
 from . import _forward_ad as _fad
-from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
+from ._kernels import DISPATCH, META_AUTOGRAD, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
 from ._kernels.typenames import scalar_type_name
 from ._tensor import _reads_cuda, registered
 
@@ -707,7 +706,8 @@ for _name in (
 # `rms_norm` (layer_norm.cpp) runs the fused kernel on CUDA, `_fused_rms_norm` (layer_norm_kernel.cu):
 # the input made contiguous, Y and the fp32 rstd ((*batch, 1, ...)); autograd saves input, weight and
 # rstd (derivatives.yaml), and `_fused_rms_norm_backward` allocates dX and dgamma. On meta tensors
-# rms_norm decomposes into pow/mean/rsqrt/mul, so the rule sits at the torch-function level.
+# rms_norm decomposes into pow/mean/rsqrt/mul, so the rule sits at the torch-function level; a
+# DTensor's `_fused_rms_norm` takes AutogradCUDA's kernel (`_capture._autograd_meta`).
 
 
 def _rms_results(cap, x, op, *shapes_dtypes):
@@ -828,45 +828,6 @@ def _rms_norm_op(cap, func, args, kwargs):
     """`aten.rms_norm.default` called as an op (torch.export's training IR keeps it): the kernel
     `F.rms_norm` binds, so `_rms_norm`'s rule."""
     return _rms_norm(cap, func, args, kwargs)
-
-
-def _wraps_simulated(t) -> bool:
-    """Whether `t` is a DTensor whose local tensor is simulated: on the GPU its device is CUDA and
-    its autograd key AutogradCUDA."""
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    if dtensor is None or not isinstance(t, dtensor.DTensor):
-        return False
-    return registered(t._local_tensor)
-
-
-#: a CUDA wrapper's keys from autograd down, fallthroughs left out as the dispatcher leaves them out:
-#: AutogradCUDA, then Python (the subclass's `__torch_dispatch__`); the wrapper's own set carries the
-#: Meta backend bit, which would lead back to AutogradMeta
-_WRAPPER_CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCUDA) | torch._C.DispatchKeySet(
-    torch._C.DispatchKey.Python
-)
-
-
-def _fused_rms_norm_autograd(keyset, input, normalized_shape, weight=None, eps=None):
-    """AutogradMeta's `_fused_rms_norm`. `rms_norm` of a DTensor (layer_norm.cpp's `rms_norm_symint`)
-    calls `_fused_rms_norm` on the DTensor: on the GPU AutogradCUDA's kernel records
-    FusedRmsNormBackward (input, weight and rstd saved, derivatives.yaml) and DTensor's strategy runs
-    the fused kernel on the local tensors (`fused_rms_norm_strategy`, _math_ops.py). A wrapper of
-    meta tensors would take the composite here (pow, mean, rsqrt, muls, each product saved), so a
-    wrapper of simulated tensors goes on as AutogradCUDA's would; any other meta tensor takes the
-    composite, as on the GPU."""
-    op = torch.ops.aten._fused_rms_norm.default
-    if _wraps_simulated(input):
-        return op.redispatch(_WRAPPER_CUDA_KEYS, input, normalized_shape, weight, eps)
-    return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, normalized_shape, weight, eps)
-
-
-def fused_rms_norm_kernels():
-    """The AutogradMeta kernel of `_fused_rms_norm` (above), registered until the returned
-    library's `_destroy()`."""
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_fused_rms_norm", _fused_rms_norm_autograd, "AutogradMeta", with_keyset=True)
-    return lib
 
 
 def _batch_norm(cap, func, args, kwargs):
@@ -1145,8 +1106,9 @@ _register_rms_norm()
 # for the backends without: meta tensors take it, the GPU never does (blind189/gg02's H200 history:
 # the Diffusion Policy's Mish backwards allocate grad_input only). The math kernel also sits at the
 # AutogradMeta key, above the mode, so MishBackward0's call (C++) decomposes before the mode sees
-# it: for the capture's life `mish_backward` gets an AutogradMeta kernel that passes it below
-# autograd, as AutogradCUDA's does, and the mode runs it as one op (`_mish_backward`): for a Mish
+# it: for the capture's life `mish_backward`'s AutogradMeta kernel (`_capture._autograd_meta`, which
+# hands a DTensor's to AutogradCUDA) takes `_mish_backward_autograd` for meta tensors, which passes
+# it below autograd, as AutogradCUDA's does, and the mode runs it as one op (`_mish_backward`): for a Mish
 # called plainly and one called under `torch.func.vmap` alike (blind208/gz01's H200 history: a
 # vmapped Q ensemble's Mish backwards allocate the stacked grad_input only). Of ATen's ops only this
 # one and `_fused_rms_norm` (above) have a CUDA kernel and a math kernel but no meta one (torch
@@ -1163,12 +1125,7 @@ def _mish_backward_autograd(grad_output, self):
         return op(grad_output, self)
 
 
-def mish_kernels():
-    """The AutogradMeta kernel of `mish_backward` (above), registered until the returned
-    library's `_destroy()`."""
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("mish_backward", _mish_backward_autograd, "AutogradMeta")
-    return lib
+META_AUTOGRAD["mish_backward"] = _mish_backward_autograd
 
 
 def _mish_backward(cap, func, args, kwargs):

@@ -379,6 +379,14 @@ def moved_to_meta(t) -> bool:
     return isinstance(t, torch.Tensor) and getattr(t, _MOVED, False)
 
 
+def cuda_wrapper(t) -> bool:
+    """Whether `t` is a wrapper subclass made on the meta device for CUDA (`moved_to_meta`) that
+    leaves torch functions to C++ (its `__torch_function__` disabled: a DTensor, an
+    AsyncCollectiveTensor). On the GPU its device is CUDA: its autograd key is AutogradCUDA and the
+    C++ composites that read `is_cuda()` take their CUDA paths on it; here its key set is meta's."""
+    return moved_to_meta(t) and type(t).__torch_function__ is torch._C._disabled_torch_function_impl
+
+
 def _reads_cuda(t) -> bool:
     """`is_ours(t)`, or `t` a wrapper subclass asked for on the CUDA device and made on the meta
     device (`_make_wrapper_subclass` below: a DTensor, an AsyncCollectiveTensor, a jagged nested

@@ -93,6 +93,17 @@ def registered_user(t) -> bool:
     return is_ours(t) or wraps_ours(t)
 
 
+def _fused_dropout_input(input) -> bool:
+    """Whether Dropout.cpp's `is_fused_kernel_acceptable` reads `input` as a CUDA tensor: a simulated
+    one (`registered_user`), or a wrapper subclass C++ reads as CUDA on the GPU (`cuda_wrapper`: a
+    DTensor, whose `native_dropout` DTensor's random ops run on the local tensor, NativeDropoutBackward0
+    saving the bool mask; as a meta wrapper it would take `_dropout_impl`, whose MulBackward0 keeps a
+    noise tensor like the input)."""
+    from .._tensor import cuda_wrapper
+
+    return registered_user(input) or cuda_wrapper(input)
+
+
 def dropout(original):
     """`at::native::dropout` (`aten/src/ATen/native/Dropout.cpp`) for a CUDA
     input: the fused `native_dropout` kernel when training with 0 < p < 1
@@ -102,7 +113,7 @@ def dropout(original):
     keeps the noise (blind57/be01's H200 history: MViT's head)."""
 
     def run(input, p=0.5, training=True, inplace=False):
-        if not registered_user(input) or not training or not 0 < p < 1 or input.numel() == 0:
+        if not _fused_dropout_input(input) or not training or not 0 < p < 1 or input.numel() == 0:
             return original(input, p, training, inplace)
         if inplace:
             noise = torch.empty_like(input)
@@ -122,7 +133,7 @@ def dropout_op(cap, func, args, kwargs):
     names = ("input", "p", "train")
     a = dict(zip(names, args, strict=False)) | kwargs
     input, p, train = a["input"], a["p"], a["train"]
-    if not registered_user(input) or not train or not 0 < p < 1 or input.numel() == 0:
+    if not _fused_dropout_input(input) or not train or not 0 < p < 1 or input.numel() == 0:
         return NotImplemented
     return torch.native_dropout(input, p, True)[0]
 

@@ -1,5 +1,5 @@
 """The tables the capture consults for each op (`FUNCTIONS`, `DISPATCH`, `NAMED_DISPATCH`,
-`NAMED_FUNCTIONS`, `AFTER`,
+`NAMED_FUNCTIONS`, `META_AUTOGRAD`, `AFTER`,
 `NO_VALUES`, `OUTPUT_ORDER`, `SCRATCH_UNMODELLED`), which every module of the package fills."""
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ NAMED_DISPATCH: dict = {}
 #: dispatch mode could see them (a library's CompositeImplicitAutograd kernel, which calls CUDA
 #: itself: torchvision's nvJPEG decode)
 NAMED_FUNCTIONS: dict = {}
+#: AutogradMeta kernels for the twin's own meta calls of the ops whose AutogradMeta kernel is the
+#: composite (`_capture._meta_composite_ops`), by op name: kernel(*args, **kwargs)
+META_AUTOGRAD: dict = {}
 #: rules run after the op's outputs are allocated: handler(cap, func, (args, kwargs), outputs)
 AFTER: dict = {}
 #: ops whose values are never computed on the CPU (random or huge side effects)
