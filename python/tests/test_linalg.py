@@ -207,6 +207,27 @@ def test_matrix_exp_of_carried_values_is_exact():
         assert counts == (14, 64 + 16 + 4 + 8 + 64 + 8 + 64 + 256 + 4 + 64 + 12 + 64 + 16 + 64)
 
 
+def test_a_module_moved_to_the_device_keeps_its_parameters_values():
+    # `nn.Module.to` moves a host-built parameter by `param.data = fn(param)`: the CUDA parameter reads
+    # the values its host copy had, as `param.to("cuda")` does; blind332/lu03's `SSM().to(device)`
+    # then takes matrix_exp's degree 8 (0.05 < norm <= 0.58) as the H100's history has it, not the
+    # unknown norm's degree 18
+    class Transition(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gen = torch.nn.Parameter(0.3 * torch.eye(4))
+
+    with vramscope.capture(gpu="h200"):
+        torch.mm(torch.zeros(4, 4, device="cuda"), torch.zeros(4, 4, device="cuda"))
+        m = Transition().to("cuda")
+        assert float(m.gen.detach().sum()) == pytest.approx(1.2)
+        with torch.no_grad():
+            _, counts = counted(lambda: torch.linalg.matrix_exp(m.gen))
+    # abs, sum, max, the result, index, select, a 5-matrix buffer, ones, diag, three combinations
+    # of 2, 4 and 2 coefficients and the last of 5
+    assert counts == (18, 64 + 16 + 4 + 8 + 64 + 8 + 64 + 320 + 4 + 64 + 8 + 64 + 16 + 64 + 8 + 64 + 20 + 64)
+
+
 def test_matrix_exp_backward_builds_one_block_matrix(norms):
     # `differential_analytic_matrix_function`: zeros(2n, 2n), not the subclass path's four cats
     norms += [0.0, 0.3]
