@@ -207,6 +207,27 @@ def test_matrix_exp_of_carried_values_is_exact():
         assert counts == (14, 64 + 16 + 4 + 8 + 64 + 8 + 64 + 256 + 4 + 64 + 12 + 64 + 16 + 64)
 
 
+def test_a_module_moved_to_the_device_keeps_its_parameters_values():
+    # `nn.Module.to` moves a host-built parameter by `param.data = fn(param)`: the CUDA parameter reads
+    # the values its host copy had, as `param.to("cuda")` does; blind332/lu03's `SSM().to(device)`
+    # then takes matrix_exp's degree 8 (0.05 < norm <= 0.58) as the H100's history has it, not the
+    # unknown norm's degree 18
+    class Transition(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gen = torch.nn.Parameter(0.3 * torch.eye(4))
+
+    with vramscope.capture(gpu="h200"):
+        torch.mm(torch.zeros(4, 4, device="cuda"), torch.zeros(4, 4, device="cuda"))
+        m = Transition().to("cuda")
+        assert float(m.gen.detach().sum()) == pytest.approx(1.2)
+        with torch.no_grad():
+            _, counts = counted(lambda: torch.linalg.matrix_exp(m.gen))
+    # abs, sum, max, the result, index, select, a 5-matrix buffer, ones, diag, three combinations
+    # of 2, 4 and 2 coefficients and the last of 5
+    assert counts == (18, 64 + 16 + 4 + 8 + 64 + 8 + 64 + 320 + 4 + 64 + 8 + 64 + 16 + 64 + 8 + 64 + 20 + 64)
+
+
 def test_matrix_exp_backward_builds_one_block_matrix(norms):
     # `differential_analytic_matrix_function`: zeros(2n, 2n), not the subclass path's four cats
     norms += [0.0, 0.3]
@@ -423,6 +444,8 @@ def test_cholesky_of_one_matrix_and_of_a_batch():
 
 def test_cholesky_solve_clones_both_operands():
     with vramscope.capture(gpu="h200") as cap:
+        # the probe's matrices come from a product, which made the cuBLAS handle's workspace
+        torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")
         L = torch.empty(4096, 4096, device="cuda", dtype=torch.float64)
         y = torch.empty(4096, 1, device="cuda", dtype=torch.float64)
         before = torch.cuda.memory_allocated()
@@ -436,6 +459,31 @@ def test_cholesky_solve_clones_both_operands():
         _, counts = counted(lambda: torch.cholesky_solve(b, L))
         assert counts == (2, 65536 + 2097152)
         assert not any("cholesky_solve" in k for k in cap.unmeasured)
+
+
+def test_a_magma_batched_cholesky_solve_takes_the_cublas_handle_s_workspace():
+    # `apply_cholesky_solve`'s `MAGMAQueue` takes the current cuBLAS handle (cuda/linalg/MagmaUtils.h),
+    # whose workspace is made at its first use per thread and stream (CublasHandlePool.cpp):
+    # blind332/lu03's H100 history, the backward's first batched solve on the autograd thread: the
+    # result (98,304), the L copy (4,718,592), the 32 MiB workspace, then the L copy freed
+    with vramscope.capture(gpu="h100"):
+        L = torch.empty(512, 48, 48, device="cuda")
+        b = torch.empty(512, 48, 1, device="cuda")
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+        _, first = counted(lambda: torch.cholesky_solve(b, L))
+        _, again = counted(lambda: torch.cholesky_solve(b, L))
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        torch.cuda.memory._record_memory_history(enabled=None)
+    workspace = 32 << 20
+    assert first == (3, 98304 + 4718592 + workspace)
+    assert again == (2, 98304 + 4718592)
+    events = [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_requested")]
+    assert events[:4] == [
+        ("alloc", 98304),
+        ("alloc", 4718592),
+        ("alloc", workspace),
+        ("free_requested", 4718592),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -457,6 +505,8 @@ def test_magma_batched_cholesky_solve_of_one_rhs_raises_past_its_shared_memory(n
     # of shared memory a block; past 48 KiB CUDA refuses the launch ("invalid argument"), the two
     # working copies freed by the unwinding (their peak stays)
     with vramscope.capture(gpu="h100"):
+        # lw04's products made the cuBLAS handle's workspace, which MAGMA's queue takes
+        torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")
         L = torch.empty(batch, n, n, device="cuda", dtype=dtype)
         b = torch.empty(n, nrhs, device="cuda", dtype=dtype).expand(batch, n, nrhs)
         torch.cuda.reset_peak_memory_stats()

@@ -1059,8 +1059,10 @@ def _cholesky_solve(cap, func, args, kwargs):
     `cloneBatchedColumnMajor` of B (the result) and of L, potrs in place (no workspace), or for a
     batch with one right-hand side potrsBatched over two `get_device_pointers` arrays (8 bytes a
     matrix each, B's first); the L copy dies, then the infos. A batch otherwise takes MAGMA
-    (`use_magma_`): the two copies only, MAGMA's pointer arrays being pinned host memory. The H200's
-    histories: fixtures/run/linalg_sparse (one system, a batch, broadcast L and B) and af04."""
+    (`use_magma_`): the two copies, MAGMA's pointer arrays being pinned host memory, then its queue's
+    cuBLAS handle (blind332/lu03's H100 history: the backward's first batched solve makes the autograd
+    thread's 32 MiB workspace after the L copy, before it dies). The H200's histories:
+    fixtures/run/linalg_sparse (one system, a batch, broadcast L and B) and af04."""
     b, a = args[0], args[1]
     if not (registered(b) and registered(a)) or b.dim() < 2 or a.dim() < 2:
         return NotImplemented
@@ -1080,7 +1082,12 @@ def _cholesky_solve(cap, func, args, kwargs):
         b_pointers = cap.malloc(8 * batch, op, "temporary")
         a_pointers = cap.malloc(8 * batch, op, "temporary")
         del a_pointers, b_pointers
-    elif (
+    elif not cusolver and out.dim() > 2:
+        # `apply_cholesky_solve`'s batch makes a `MAGMAQueue` after the copies, which takes the
+        # current cuBLAS handle (cuda/linalg/MagmaUtils.h), and with it the handle's workspace
+        # on its first use on this thread and stream (CublasHandlePool.cpp)
+        cap.blas("magma_potrs_batched", out.dtype)
+    if (
         not cusolver
         and out.dim() > 2
         and out.size(-1) == 1

@@ -71,6 +71,25 @@ def takes_inference_tensor(var, new) -> bool:
     )
 
 
+#: the most elements of a tensor whose values `var.data = new` carries over (`_carry_values`): the
+#: twin's own bound for small results (`_capture.VALUE_LIMIT`), not a PyTorch constant; a larger
+#: parameter's would keep a host copy of a host-built model for its whole life
+CARRIED_LIMIT = 1 << 16
+
+
+def _carry_values(var, new) -> None:
+    """After `var.data = new`, `var` reads `new`'s storage, so the values the twin carries for `new`
+    are `var`'s too (up to `CARRIED_LIMIT` elements). `nn.Module.to` moves a host-built parameter
+    so (`_apply`'s `param.data = fn(param)`): without this the CUDA parameter read as zeros where
+    the tensor `param.to("cuda")` carries its values (blind332/lu03: `torch.linalg.matrix_exp` of
+    the transition built from an `SSM().to(device)`'s parameters took its degree-18 upper bound
+    where the H100's history has degree 8)."""
+    v = _tensor.value(new)
+    if v is None or new.numel() > CARRIED_LIMIT:
+        return
+    _tensor.set_value(var, v, _tensor.assumed(new))
+
+
 def _set_data(cap, func, args, kwargs):
     """`var.data = new` (`VariableHooks::set_data`): the variable keeps its identity and autograd
     state and takes `new`'s tensor. On the GPU a CPU variable may take a CUDA tensor (dense CPU
@@ -113,7 +132,9 @@ def _set_data(cap, func, args, kwargs):
                 alias.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
         finally:
             cap.genuine_meta -= 1
-        return func(var, alias)
+        out = func(var, alias)
+        _carry_values(var, new)
+        return out
     if (
         not isinstance(var, torch.Tensor)
         or not isinstance(new, torch.Tensor)
@@ -152,7 +173,9 @@ def _set_data(cap, func, args, kwargs):
     # log_dt, read after `model.to(device)` to build its optimizer groups: blind156/ez01's H200
     # history allocates those parameters' AdamW states in their own group)
     var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
-    return func(var, new)
+    out = func(var, new)
+    _carry_values(var, new)
+    return out
 
 
 def _resize(cap, func, args, kwargs):
