@@ -18,7 +18,11 @@ This runs lv02's ensemble (the same sizes) and prints `requested - allocated` (`
 - `synced`: `score()` with `torch.cuda.synchronize()` before it returns (the events recorded on idle
   streams), then `.sum()`;
 - `sync-then-malloc`: `torch.cuda.synchronize()` after `score()` returns, then `.sum()`;
-- `sleep`: 50 ms of host time after `score()` returns, then `.sum()` (the GPU done, no sync).
+- `sleep`: 50 ms of host time after `score()` returns, then `.sum()` (the GPU done, no sync);
+- `new-segment`: after `score()` returns, a 1 or 2 GiB tensor (a new segment: `cudaMalloc`), then `.sum()`:
+  whether a `cudaMalloc` lets the events complete (blind37/ak06's H200 record: the prefetched batch
+  freed at iteration 0 had left requested by iteration 1's end, the one freed at iteration 4 had not
+  by iteration 5's, with no host sync in its loop; the twin drains both at the next malloc).
 
     python3 probes/lv75_lv02_stream_free_events_probe.py        (from validation/run; ~10 s)"""
 
@@ -69,7 +73,7 @@ def score(x, sync=False):
 
 
 for b in (4096, 6144):
-    for mode in ("plain", "synced", "sync-then-malloc", "sleep"):
+    for mode in ("plain", "synced", "sync-then-malloc", "sleep", "new-segment"):
         x = torch.randn(b, IN, device="cuda")
         torch.cuda.synchronize()
         base = pending()
@@ -79,6 +83,11 @@ for b in (4096, 6144):
             torch.cuda.synchronize()
         elif mode == "sleep":
             time.sleep(0.05)
+        elif mode == "new-segment":
+            # (a size no cached block holds: 1 GiB, then 2 GiB)
+            big = torch.empty((1 << 30) * (1 + (b > 4096)), dtype=torch.uint8, device="cuda")
+            seen.append(f"new-segment {pending() - base}")
+            del big
         s = out.sum()
         seen.append(f"sum {pending() - base}")
         v = s.item()
