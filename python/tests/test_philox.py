@@ -263,6 +263,9 @@ def test_a_randint_reduces_its_words_as_the_kernel_does(monkeypatch):
     word = torch.tensor([0, 1, 9, 10, 2**32 - 1, 123456789], dtype=torch.int64)
     got = _philox._from_range(word, 10, -5)
     assert got.tolist() == [-5, -4, 4, -5, 0, 4]
+    words = torch.randint(0, 2**32, (100000,), dtype=torch.int64)
+    for span in (2, 255, 256, 60000, 2**28 - 3):
+        assert torch.equal(_philox._from_range(words, span, 7), words % span + 7), span
     monkeypatch.setattr(_philox, "_numpy", lambda: None)
     assert torch.equal(_philox._from_range(word, 10, -5), got)
 

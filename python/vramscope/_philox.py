@@ -661,7 +661,13 @@ def _from_range(word: torch.Tensor, span: int, low: int) -> torch.Tensor:
     np = _numpy()
     if np is None:
         return word % span + low
-    reduced = (word.numpy().view(np.uint64) % np.uint64(span)).view(np.int64)
+    # word - word // range * range: numpy divides by one scalar with a multiply and a shift
+    # (libdivide), where its remainder divides element by element
+    words, span_ = word.numpy().view(np.uint64), np.uint64(span)
+    reduced = words // span_
+    reduced *= span_
+    np.subtract(words, reduced, out=reduced)
+    reduced = reduced.view(np.int64)
     if low:
         reduced += np.int64(low)
     return torch.from_numpy(reduced)
