@@ -240,6 +240,36 @@ def test_grid_words_take_each_draw_once_as_each_element_would(numel, unroll, thr
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
+@pytest.mark.parametrize(("numel", "unroll"), [(1, 4), (5, 2), (40000, 4), (1081345, 2), (2162690, 4)])
+def test_numpys_words_are_torchs(numel, unroll, monkeypatch):
+    """The words `_philox_numpy` computes (paired rows, `_CHUNK` at a time) are those of
+    `_philox_torch`, the path taken without numpy: element by element, past a chunk's edge, with
+    a subsequence's high word set (an offset past 2**34)."""
+    seed, offset, threads = 2**64 - 12345, (2**33 + 9) * 4, 270336
+    ctr = [torch.randint(0, 2**32, (numel,), dtype=torch.int64) for _ in range(4)]
+    numpy_words = _philox.philox(seed, ctr)
+    numpy_grid = _philox._grid_words(seed, offset, numel, unroll, threads)
+    numpy_draws = _philox._grid_draws(seed, offset, numel, unroll, threads)
+    monkeypatch.setattr(_philox, "_numpy", lambda: None)
+    assert all(torch.equal(a, b) for a, b in zip(numpy_words, _philox.philox(seed, ctr), strict=True))
+    torch_grid = _philox._grid_words(seed, offset, numel, unroll, threads)
+    assert all(torch.equal(a, b) for a, b in zip(numpy_grid, torch_grid, strict=True))
+    torch_draws = _philox._grid_draws(seed, offset, numel, unroll, threads)
+    assert all(torch.equal(a, b) for a, b in zip(numpy_draws, torch_draws, strict=True))
+
+
+def test_a_randint_reduces_its_words_as_the_kernel_does(monkeypatch):
+    """`_from_range` (numpy) is `uniform_int_from_to`'s word % range + base, a negative base too."""
+    word = torch.tensor([0, 1, 9, 10, 2**32 - 1, 123456789], dtype=torch.int64)
+    got = _philox._from_range(word, 10, -5)
+    assert got.tolist() == [-5, -4, 4, -5, 0, 4]
+    words = torch.randint(0, 2**32, (100000,), dtype=torch.int64)
+    for span in (2, 255, 256, 60000, 2**28 - 3):
+        assert torch.equal(_philox._from_range(words, span, 7), words % span + 7), span
+    monkeypatch.setattr(_philox, "_numpy", lambda: None)
+    assert torch.equal(_philox._from_range(word, 10, -5), got)
+
+
 def test_a_binomial_draw_takes_its_fixed_offset():
     # `torch.distributions.Binomial(...).sample()` (blind271 probing): `aten::binomial` names its
     # first argument `count`, not `self`; the twin raised KeyError there. `_s_binomial_cuda`

@@ -106,8 +106,17 @@ def execution_offset(numel: int, unroll: int, sms: int, threads_per_sm: int) -> 
 
 def philox(seed: int, ctr: list) -> list:
     """Philox4x32-10 (`curand_Philox4x32_10`) over four int64 tensors of 32-bit counter words,
-    element-wise: the four output words. A product of two 32-bit words wraps modulo 2**64 in
-    int64, whose low and high halves are those of the unsigned product."""
+    element-wise: the four output words (numpy's, `_philox_numpy`, where it is installed)."""
+    np = _numpy()
+    if np is not None:
+        words = _philox_numpy(np, seed, [c.numpy().view(np.uint64) for c in ctr])
+        return [torch.from_numpy(w.view(np.int64)) for w in words]
+    return _philox_torch(seed, ctr)
+
+
+def _philox_torch(seed: int, ctr: list) -> list:
+    """`philox` in torch's int64: a product of two 32-bit words wraps modulo 2**64 in int64,
+    whose low and high halves are those of the unsigned product."""
     k0, k1 = seed & MASK, (seed >> 32) & MASK
     c0, c1, c2, c3 = ctr
     for _ in range(10):
@@ -121,6 +130,56 @@ def philox(seed: int, ctr: list) -> list:
     return [c0, c1, c2, c3]
 
 
+#: the counters `_philox_numpy` takes at a time along the last axis: a chunk's words stay in the
+#: host's cache through the ten rounds (the twin's own cost bound, not a PyTorch constant)
+_CHUNK = 1 << 15
+
+
+def _numpy():
+    """numpy, or None where it is not installed (torch does not require it)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _philox_numpy(np, seed: int, ctr: list, out: list | None = None) -> list:
+    """`philox` in numpy's uint64 over counter words that broadcast together (along the last
+    axis, `_CHUNK` at a time), into `out` (four arrays of that shape) or new arrays: one thread,
+    no wrap to undo (the product of two 32-bit words is exact in 64 bits). A round's two
+    products go as one array of two rows, (c0, c2) times (M0, M1): row 0's high half, xor c3 and
+    k1, is the next c2, row 1's, xor c1 and k0, the next c0; their low halves the next c3, c1."""
+    shape = np.broadcast_shapes(*(c.shape for c in ctr))
+    if out is None:
+        out = [np.empty(shape, dtype=np.uint64) for _ in range(4)]
+    column = (2,) + (1,) * len(shape)
+    mult = np.array([_M0, _M1], dtype=np.uint64).reshape(column)
+    keys, k0, k1 = [], seed & MASK, (seed >> 32) & MASK
+    for _ in range(10):
+        keys.append(np.array([k1, k0], dtype=np.uint64).reshape(column))
+        k0, k1 = (k0 + _W0) & MASK, (k1 + _W1) & MASK
+    mask, s32 = np.uint64(MASK), np.uint64(32)
+    width = shape[-1] if shape else 1
+    for start in range(0, width, _CHUNK):
+        cut = slice(start, start + _CHUNK)
+        c0, c1, c2, c3 = (c[..., cut] if c.shape and c.shape[-1] > 1 else c for c in ctr)
+        even = np.stack(np.broadcast_arrays(c0, c2))
+        odd = np.stack(np.broadcast_arrays(c3, c1))
+        for key in keys:
+            lo = even * mult
+            hi = lo >> s32
+            hi ^= odd
+            hi ^= key
+            lo &= mask
+            even, odd = hi[::-1], lo
+        out[0][..., cut] = even[0]
+        out[1][..., cut] = odd[1]
+        out[2][..., cut] = even[1]
+        out[3][..., cut] = odd[0]
+    return out
+
+
 def _grid_draws(seed: int, offset: int, numel: int, unroll: int, threads: int) -> list:
     """The four words of each (draw, thread) of `distribution_elementwise_grid_stride_kernel`,
     each word a (draws, 1, width) tensor: thread t (`curand_init(seed, t, offset)`) makes its
@@ -128,12 +187,25 @@ def _grid_draws(seed: int, offset: int, numel: int, unroll: int, threads: int) -
     computed once, as the kernel does, for the unroll elements it serves."""
     width = min(threads, numel)
     draws = ((numel - 1) // threads) // unroll + 1
+    np = _numpy()
+    if np is not None:
+        words = _philox_numpy(np, seed, _grid_counters(np, offset, draws, width))
+        return [torch.from_numpy(w.view(np.int64)).view(draws, 1, width) for w in words]
     thread = torch.arange(width, dtype=torch.int64).repeat(draws)
     draw = (torch.arange(draws, dtype=torch.int64) + offset // 4).repeat_interleave(width)
     return [
         w.view(draws, 1, width)
-        for w in philox(seed, [draw & MASK, draw >> 32, thread, torch.zeros_like(thread)])
+        for w in _philox_torch(seed, [draw & MASK, draw >> 32, thread, torch.zeros_like(thread)])
     ]
+
+
+def _grid_counters(np, offset: int, draws: int, width: int) -> list:
+    """The grid-stride kernel's counters (`curand_init(seed, t, offset)`: subsequence t, the
+    offset's draws on from offset / 4) as numpy arrays that broadcast to (draws, width): a
+    column of draws against a row of threads."""
+    draw = np.arange(draws, dtype=np.uint64).reshape(draws, 1) + np.uint64(offset // 4)
+    thread = np.arange(width, dtype=np.uint64).reshape(1, width)
+    return [draw & np.uint64(MASK), draw >> np.uint64(32), thread, np.zeros((1, 1), dtype=np.uint64)]
 
 
 def _by_slot(slots: list, numel: int) -> torch.Tensor:
@@ -145,6 +217,19 @@ def _grid_words(seed: int, offset: int, numel: int, unroll: int, threads: int) -
     """The words behind each element li of `distribution_elementwise_grid_stride_kernel`: thread
     li % threads, its draw q // unroll of q = li // threads, and that draw's words for slot
     q % unroll (one word per slot for 4 slots, two for 2)."""
+    np = _numpy()
+    if np is not None:
+        # each word written straight to its element's place, (draw, slot, thread)
+        width = min(threads, numel)
+        draws = ((numel - 1) // threads) // unroll + 1
+        if unroll == 4:
+            grids = [np.empty((draws, 4, width), dtype=np.uint64)]
+            out = [grids[0][:, slot] for slot in range(4)]
+        else:
+            grids = [np.empty((draws, 2, width), dtype=np.uint64) for _ in range(2)]
+            out = [grids[0][:, 0], grids[1][:, 0], grids[0][:, 1], grids[1][:, 1]]
+        _philox_numpy(np, seed, _grid_counters(np, offset, draws, width), out)
+        return [torch.from_numpy(g.view(np.int64)).view(-1)[:numel] for g in grids]
     words = _grid_draws(seed, offset, numel, unroll, threads)
     if unroll == 4:
         return [_by_slot(words, numel)]
@@ -524,7 +609,7 @@ def values(func, args, kwargs, drawn, out) -> torch.Tensor | None:
         low = int(b.get("low", b.get("from", 0)) or 0)
         words = _grid_words(seed, offset, numel, unroll, threads)
         if unroll == 4:
-            vals = words[0] % span + low
+            vals = _from_range(words[0], span, low)
         elif numel <= WIDE_LIMIT:
             wide = [
                 (x << 32 | y) % span + low for x, y in zip(words[0].tolist(), words[1].tolist(), strict=True)
@@ -568,6 +653,24 @@ def values(func, args, kwargs, drawn, out) -> torch.Tensor | None:
         vals = torch.where(vals == hi_t, lo_t, vals)
         return vals.reshape(out.shape)
     return None
+
+
+def _from_range(word: torch.Tensor, span: int, low: int) -> torch.Tensor:
+    """`uniform_int_from_to` of 32-bit words: word % range + base, in numpy where it is installed
+    (one thread over the whole draw)."""
+    np = _numpy()
+    if np is None:
+        return word % span + low
+    # word - word // range * range: numpy divides by one scalar with a multiply and a shift
+    # (libdivide), where its remainder divides element by element
+    words, span_ = word.numpy().view(np.uint64), np.uint64(span)
+    reduced = words // span_
+    reduced *= span_
+    np.subtract(words, reduced, out=reduced)
+    reduced = reduced.view(np.int64)
+    if low:
+        reduced += np.int64(low)
+    return torch.from_numpy(reduced)
 
 
 def _randperm_values(seed: int, offset: int, layout: tuple, out: torch.Tensor) -> torch.Tensor | None:
