@@ -421,10 +421,15 @@ const THREAD_STACK: u64 = 8 * 1024 * 1024 + 4096;
 /// `pinned2_h200.jsonl`).
 const PINNED_BUFFER: u64 = 2 * 1024 * 1024;
 
-/// How many of the process's page-locked buffers go into the driver's
-/// pool's top (rule 14; its other two 2 MiB hold the driver's own), which
-/// is not laid out: on the H200 the third of twelve 2 MiB blocks and every
-/// later one went where a 2 MiB segment would.
+/// How many of the process's page-locked buffers made before the driver's
+/// pool exists (rule 14) are not laid out: they go into a reservation of
+/// the driver's own (blind295/kj03's H100 maps: its first small block's
+/// buffer in the top 8 MiB of 32 MiB reserved at its first page-locked
+/// block; `docs/driver-placement.md`, session 68). Once the pool exists a
+/// new buffer is placed as a 2 MiB segment is, its top first: on the H200
+/// the first two of twelve 2 MiB blocks went into that top's last 4 MiB
+/// (`validation/va_pinned`), the third and every later one where a 2 MiB
+/// segment would.
 const PINNED_BUFFERS_IN_POOL_TOP: usize = 2;
 
 /// The host memory libcuda `malloc`s when it loads a kernel module lazily
@@ -898,8 +903,9 @@ impl Runtime {
     /// maps it among the segments (driver address-space rule 16); its
     /// address, which [`Runtime::pinned_free`] takes. `None` for a block
     /// of [`PINNED_BUFFER`] or less: it goes into one of the driver's 2 MiB
-    /// buffers, a new one mapped among the segments once the pool's top
-    /// has no room ([`PINNED_BUFFERS_IN_POOL_TOP`]), none ever freed.
+    /// buffers, a new one mapped as a 2 MiB segment is once the driver's
+    /// pool exists (its top first, rule 14) or past the first
+    /// [`PINNED_BUFFERS_IN_POOL_TOP`] before, none ever freed.
     pub fn pinned_alloc(&self, len: u64) -> Option<u64> {
         let mut st = self.st.borrow_mut();
         if len <= PINNED_BUFFER {
@@ -908,7 +914,8 @@ impl Runtime {
                 return None;
             }
             st.pinned_buffers.push(PINNED_BUFFER - len);
-            if st.pinned_buffers.len() > PINNED_BUFFERS_IN_POOL_TOP {
+            let pooled = st.alloc.device().pool_reserved();
+            if pooled || st.pinned_buffers.len() > PINNED_BUFFERS_IN_POOL_TOP {
                 let addr = st.alloc.device_mut().pinned_map(PINNED_BUFFER)?;
                 st.note_host(HostEvent::Pinned(addr, PINNED_BUFFER));
             }
@@ -2110,9 +2117,9 @@ mod tests {
     fn an_rnn_s_first_cudnn_call_maps_what_the_h100_maps() {
         let (host, flat, next) = first_rnn_call(false);
         assert_eq!(flat, -440.0);
-        // (B-426 is rule 6's 2 MiB; the H100 put this one in the pool's top,
-        // not laid out)
-        assert_eq!(next, -424.0);
+        // in the pool's top (rule 14: the pool at B-1120..B-608, under `adv`
+        // as in km03's maps of session 68; its buffer at B-616)
+        assert_eq!(next, -614.0);
         assert_eq!(
             host,
             vec![
@@ -2124,7 +2131,9 @@ mod tests {
         );
         let (host, flat, next) = first_rnn_call(true);
         assert_eq!(flat, -504.0);
-        assert_eq!(next, -488.0);
+        // B-678, in the pool's top (B-1184..B-672), as km03's 5th segment in
+        // its H100 history of session 67
+        assert_eq!(next, -678.0);
         assert_eq!(
             host,
             vec![
