@@ -4665,6 +4665,31 @@ def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
     assert next_segment(lambda x: torch.bernoulli(x, 0.5)) == -414
 
 
+def test_the_first_cudnn_convolution_s_handle_takes_12_mib_placed_as_segments():
+    # rule 20 (docs/driver-placement.md; blind329/lr02's H100 history, the H200's first_conv maps):
+    # the first cuDNN convolution's handle takes 6 and 4 MiB of device memory and a 2 MiB page-locked
+    # buffer, each placed as a segment: the 6 MiB in the pool's top (B-422, its 6 MiB free), the 4 MiB
+    # and the buffer at the low end of the context's released range, so the next 20 MiB segment lies
+    # 6 MiB higher than without a convolution; a second convolution takes nothing
+    def next_segment(convs):
+        with vramscope.capture():
+            x = torch.empty(1024, device="cuda")  # a 2 MiB segment at B-2
+            x + 1  # the first kernel: the range B-416..B-2 goes back, the pool's top B-424..B-416
+            inp = torch.empty(1, 3, 16, 16, device="cuda")
+            w = torch.empty(4, 3, 3, 3, device="cuda")
+            for _ in range(convs):
+                torch.nn.functional.conv2d(inp, w)
+            y = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")  # a 20 MiB segment
+            segs = {s["address"]: s["total_size"] for s in torch.cuda.memory_snapshot()}
+            del y
+        small = min(a for a, n in segs.items() if n == 2 << 20)
+        return (next(a for a, n in segs.items() if n == 20 << 20) - small) >> 20
+
+    assert next_segment(0) == -414
+    assert next_segment(1) == -408
+    assert next_segment(2) == -408
+
+
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):
     # a 2 MiB tensor is mapped by this process's glibc (its threshold still low) but served by the
     # GPU process's heap (its threshold 3,846,144 bytes, rule 7): the 100 MiB hole between it and the
