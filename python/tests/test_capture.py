@@ -4690,6 +4690,26 @@ def test_the_first_cudnn_convolution_s_handle_takes_12_mib_placed_as_segments():
     assert next_segment(2) == -408
 
 
+def test_a_cuda_nonzero_reads_its_count_through_a_page_locked_block():
+    # `nonzero_cuda_out_impl` (cuda/Nonzero.cu) copies its count into `empty_cpu(..., pin_memory=true)`:
+    # the caching host allocator's first block maps one of the driver's 2 MiB buffers where a 2 MiB
+    # segment would go (rule 16), here the pool's top above its own buffer (B-422), so the next three
+    # 2 MiB segments lie 2 MiB higher; a CPU nonzero takes none
+    def small_segments(device):
+        with vramscope.capture():
+            x = torch.empty(1024, device="cuda")  # a 2 MiB segment at B-2
+            x + 1  # the first kernel: the range B-416..B-2 goes back, the pool's top B-424..B-416
+            (torch.arange(1000, device=device) % 3 != 0).nonzero()
+            blocks = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(6)]
+            segs = sorted(s["address"] for s in torch.cuda.memory_snapshot() if s["total_size"] == 2 << 20)
+            host_allocs = torch.cuda.host_memory_stats()["num_host_alloc"]
+            del blocks
+        return [(a - segs[-1]) >> 20 for a in segs], host_allocs
+
+    assert small_segments("cpu") == ([-420, -418, -416, 0], 0)
+    assert small_segments("cuda") == ([-418, -416, -414, 0], 1)
+
+
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):
     # a 2 MiB tensor is mapped by this process's glibc (its threshold still low) but served by the
     # GPU process's heap (its threshold 3,846,144 bytes, rule 7): the 100 MiB hole between it and the
