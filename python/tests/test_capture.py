@@ -4665,51 +4665,6 @@ def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
     assert next_segment(lambda x: torch.bernoulli(x, 0.5)) == -414
 
 
-def test_the_first_cudnn_convolution_s_handle_takes_12_mib_placed_as_segments():
-    # rule 20 (docs/driver-placement.md; blind329/lr02's H100 history, the H200's first_conv maps):
-    # the first cuDNN convolution's handle takes 6 and 4 MiB of device memory and a 2 MiB page-locked
-    # buffer, each placed as a segment: the 6 MiB in the pool's top (B-422, its 6 MiB free), the 4 MiB
-    # and the buffer at the low end of the context's released range, so the next 20 MiB segment lies
-    # 6 MiB higher than without a convolution; a second convolution takes nothing
-    def next_segment(convs):
-        with vramscope.capture():
-            x = torch.empty(1024, device="cuda")  # a 2 MiB segment at B-2
-            x + 1  # the first kernel: the range B-416..B-2 goes back, the pool's top B-424..B-416
-            inp = torch.empty(1, 3, 16, 16, device="cuda")
-            w = torch.empty(4, 3, 3, 3, device="cuda")
-            for _ in range(convs):
-                torch.nn.functional.conv2d(inp, w)
-            y = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")  # a 20 MiB segment
-            segs = {s["address"]: s["total_size"] for s in torch.cuda.memory_snapshot()}
-            del y
-        small = min(a for a, n in segs.items() if n == 2 << 20)
-        return (next(a for a, n in segs.items() if n == 20 << 20) - small) >> 20
-
-    assert next_segment(0) == -414
-    assert next_segment(1) == -408
-    assert next_segment(2) == -408
-
-
-def test_a_cuda_nonzero_reads_its_count_through_a_page_locked_block():
-    # `nonzero_cuda_out_impl` (cuda/Nonzero.cu) copies its count into `empty_cpu(..., pin_memory=true)`:
-    # the caching host allocator's first block maps one of the driver's 2 MiB buffers where a 2 MiB
-    # segment would go (rule 16), here the pool's top above its own buffer (B-422), so the next three
-    # 2 MiB segments lie 2 MiB higher; a CPU nonzero takes none
-    def small_segments(device):
-        with vramscope.capture():
-            x = torch.empty(1024, device="cuda")  # a 2 MiB segment at B-2
-            x + 1  # the first kernel: the range B-416..B-2 goes back, the pool's top B-424..B-416
-            (torch.arange(1000, device=device) % 3 != 0).nonzero()
-            blocks = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(6)]
-            segs = sorted(s["address"] for s in torch.cuda.memory_snapshot() if s["total_size"] == 2 << 20)
-            host_allocs = torch.cuda.host_memory_stats()["num_host_alloc"]
-            del blocks
-        return [(a - segs[-1]) >> 20 for a in segs], host_allocs
-
-    assert small_segments("cpu") == ([-420, -418, -416, 0], 0)
-    assert small_segments("cuda") == ([-418, -416, -414, 0], 1)
-
-
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):
     # a 2 MiB tensor is mapped by this process's glibc (its threshold still low) but served by the
     # GPU process's heap (its threshold 3,846,144 bytes, rule 7): the 100 MiB hole between it and the

@@ -56,10 +56,6 @@ class Device:
     def kernels_launched(self) -> None:
         """The process's first kernel has just launched, after its op's allocations: the CUDA
         context gives back its address range (driver address-space rule)."""
-    def cudnn_conv_handle(self) -> None:
-        """A cuDNN convolution gets its handle next: at the process's first cuDNN handle the driver's
-        6 and 4 MiB of device memory and a 2 MiB page-locked buffer take address space (driver
-        address-space rule 20)."""
     def cudnn_plan(self) -> None:
         """A cuDNN plan (convolution, cuDNN attention) is built next: cuDNN's graph and engine
         libraries load where they have not (driver address-space rule 9)."""

@@ -252,13 +252,6 @@ impl SimDevice {
         }
         self.driver.malloc(len)
     }
-    /// Whether the driver has reserved its pool (`driver_va.rs`, rule 14),
-    /// whose top takes the next page-locked buffers by rule 2: `false`
-    /// before the first kernels that give the context's range back, and on
-    /// a device that started after them ([`SimDevice::new`]).
-    pub fn pool_reserved(&self) -> bool {
-        self.driver.pool_reserved()
-    }
     /// Whether the process has launched no kernel yet (`driver_va.rs`, rule
     /// 6): `false` on a device that started after its first kernels.
     pub fn kernels_pending(&self) -> bool {

@@ -65,9 +65,6 @@
 //!    [`DRIVER_POOL`] of address space, placed as a chunk is (rules 3,
 //!    then 1), never given back: below the lowest chunk, unless a released
 //!    range has room for it (a host-built model's freed tensors, rule 11).
-//!    Its top [`POOL_TOP`] is then the newest chunk, the driver's 2 MiB
-//!    page-locked buffer at its low end: rule 2 puts the next allocations
-//!    of 6 MiB or less there.
 //!    (Rule 13, expandable segments' reservations, is `crate::SimDevice`'s.)
 //! 15. **A thread's stack and malloc arena** ([`DriverVa::thread`]). glibc
 //!    maps a new thread's stack as host memory (rule 7); the thread's first
@@ -79,10 +76,10 @@
 //!    `cudaHostAlloc` of more than 2 MiB maps the block among the segments,
 //!    placed as a segment of its length rounded up to 2 MiB is (rules 2, 1,
 //!    3: [`DriverVa::malloc`]); `cudaFreeHost` frees it as `cudaFree` does.
-//!    Blocks of 2 MiB or less share the driver's 2 MiB buffers, each new
-//!    one mapped as a 2 MiB block once the pool exists (its top first, rule
-//!    14), the first two before it not laid out (the engine's
-//!    `Runtime::pinned_alloc`). Measured: `validation/va_pinned`.
+//!    Blocks of 2 MiB or less share the driver's 2 MiB buffers, the first
+//!    two in its pool's top (rule 14, not laid out), later ones mapped as
+//!    2 MiB blocks (the engine's `Runtime::pinned_alloc`). Measured:
+//!    `validation/va_pinned`.
 //!
 //! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
 //! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,
@@ -105,14 +102,6 @@ const CUBLAS_RESERVATION: u64 = 64 * MIB;
 /// mapping beside its top 8 MiB in the process's maps (`validation/va_pool`,
 /// `docs/driver-placement.md`, session 10).
 const DRIVER_POOL: u64 = 512 * MIB;
-/// The top of the driver's pool (rule 14): a chunk of its own holding the
-/// driver's 2 MiB page-locked buffer at its low end (its `/dev/zero`
-/// mapping 8 MiB under the pool's top in every process with maps:
-/// `validation/va_pool`'s `q1_pool.txt`, 25 of 25; session 21's 8 of 8),
-/// whose other 6 MiB take segments and buffers by rule 2 (variant F of
-/// `validation/va_pool/sim.py`; blind68/bp02's H200 history and
-/// blind329/lr01, lr02's H100 histories: three 2 MiB segments at +2, +4, +6).
-const POOL_TOP: u64 = 8 * MIB;
 /// The x86-64 page: the loader's `mmap` is this much short of the span plus
 /// the alignment (rule 9).
 const HOST_PAGE: u64 = 4096;
@@ -194,8 +183,6 @@ pub(crate) struct DriverVa {
     /// The process has not launched its first kernel yet (a fresh process);
     /// see [`Self::first_launch`].
     launch_pending: bool,
-    /// The driver has reserved its pool (rule 14).
-    pool: bool,
 }
 
 impl DriverVa {
@@ -236,7 +223,6 @@ impl DriverVa {
             held: None,
             cublas_pending: false,
             launch_pending: false,
-            pool: false,
         }
     }
 
@@ -328,22 +314,15 @@ impl DriverVa {
     }
 
     /// Rule 14: the driver's pool, [`DRIVER_POOL`] of address space placed
-    /// as a chunk is (rule 3, else rule 1) and never given back. Where the
-    /// highest released range with room is a host-built model's freed
-    /// tensors (rule 11), the next chunks go below the pool (blind64/bl01's
-    /// H200 history: its first forward's 24 MiB chunk 512 MiB under that
-    /// range's top). No segment goes into its lower 504 MiB; its top
-    /// [`POOL_TOP`] is the newest chunk, a 2 MiB page-locked buffer of the
-    /// driver's at its low end, so the next allocations of 6 MiB or less
-    /// take the rest by rule 2 (bp02, lr01, lr02: 2 MiB segments at +2,
-    /// +4, +6; `validation/va_pinned`: cuBLAS's 2 MiB, then pinned buffers).
+    /// as a chunk is (rule 3, else rule 1) and never given back; no segment
+    /// goes into it. Where the highest released range with room is a
+    /// host-built model's freed tensors (rule 11), the next chunks go below
+    /// the pool (blind64/bl01's H200 history: its first forward's 24 MiB
+    /// chunk 512 MiB under that range's top).
     fn reserve_pool(&mut self) {
         if let Some(lo) = self.place_chunk(DRIVER_POOL) {
             let mut segs = self.spare_segs.pop().unwrap_or_default();
-            let top = lo + DRIVER_POOL - POOL_TOP;
-            segs.push((lo, DRIVER_POOL - POOL_TOP));
-            segs.push((top, PAGE));
-            self.pool = true;
+            segs.push((lo, DRIVER_POOL));
             self.push_chunk(Chunk {
                 lo,
                 hi: lo + DRIVER_POOL,
@@ -361,12 +340,6 @@ impl DriverVa {
         if std::mem::take(&mut self.launch_pending) {
             let _ = self.malloc(PAGE);
         }
-    }
-
-    /// Whether the driver has reserved its pool (rule 14), whose top holds
-    /// its first page-locked buffer.
-    pub(crate) fn pool_reserved(&self) -> bool {
-        self.pool
     }
 
     /// Whether the process's first kernel launch is still to come (rule 6):
@@ -434,7 +407,6 @@ impl DriverVa {
 
     /// The context's chunk, in an address space that has none yet.
     fn push_context(&mut self, anchor: u64, fresh: bool) {
-        self.pool = false;
         self.held = fresh.then_some(anchor);
         self.cublas_pending = fresh;
         self.launch_pending = fresh;
@@ -950,12 +922,9 @@ mod tests {
         let mut va = released_below_one_chunk();
         assert!(va.first_cublas());
         assert!(!va.first_cublas());
-        // its 2 MiB went to the pool's top, the newest chunk with a hole
-        // (rule 14: B-1056..B-544, its buffer at B-552): the next 2 MiB
-        // above it, a 20 MiB segment in the first chunk's tail (B-442), and
-        // a new chunk below the reservation at B-64..B
-        assert_eq!(off(va.malloc(2 * MIB).unwrap()), -548);
-        assert_eq!(off(va.malloc(20 * MIB).unwrap()), -442);
+        // its 2 MiB went to the tail too (B-442): a 20 MiB segment after it,
+        // and a new chunk below the reservation at B-64..B
+        assert_eq!(off(va.malloc(20 * MIB).unwrap()), -440);
         assert_eq!(off(va.malloc(32 * MIB).unwrap()), -96);
         assert!(!DriverVa::after_cublas(B).first_cublas());
     }
@@ -1024,11 +993,9 @@ mod tests {
         assert!(va.release_context());
         // the driver's 2 MiB went to the newest chunk's hole (not to B-2,
         // which would have kept the range a chunk of its own):
-        // B-2..B went back with the range; the next 2 MiB segments fill the
-        // pool's top (rule 14: B-992..B-480, its buffer at B-488), then
-        // what is left of the context's upper hole
-        let twos: Vec<i64> = (0..4).map(|_| off(va.malloc(2 * MIB).unwrap())).collect();
-        assert_eq!(twos, vec![-486, -484, -482, 92]);
+        // B-2..B went back with the range, and the next 2 MiB takes what is
+        // left of the context's upper hole
+        assert_eq!(off(va.malloc(2 * MIB).unwrap()), 92);
         assert!(!va.release_context());
         // B-448..B is one released range: a 96 MiB chunk at its top
         assert_eq!(off(va.malloc(96 * MIB).unwrap()), -96);
@@ -1156,10 +1123,8 @@ mod tests {
         // the GPU's addresses, less the first segment's + 2 MiB
         assert_eq!(got, vec![-2, 72, 92, -640, -416, -352, -288, -158, -92]);
         // the driver's 2 MiB took the last of the upper hole, B+94: the next
-        // 2 MiB go to the pool's top (rule 14: B-1152..B-640, below the
-        // library, its buffer at B-648), then to what is left of the range
-        let twos: Vec<i64> = (0..4).map(|_| off(va.malloc(2 * MIB).unwrap())).collect();
-        assert_eq!(twos, vec![-646, -644, -642, -26]);
+        // 2 MiB goes to what is left of the range
+        assert_eq!(va.malloc(2 * MIB).map(off), Some(-26));
     }
 
     /// Rules 6, 8 and 10, blind25/y04 on the H200: the first kernels are
@@ -1298,37 +1263,5 @@ mod tests {
         assert_eq!(off(va.malloc(400 * MIB).unwrap()), -1472);
         // the context's range still takes what fits
         assert_eq!(off(va.malloc(32 * MIB).unwrap()), -32);
-    }
-
-    /// Rule 14's top 8 MiB as blind329/lr01's and lr02's H100 histories
-    /// show it (session 73; blind68/bp02's H200 history the same): a 2 MiB
-    /// segment at B-2, so the range is a chunk of its own at the release,
-    /// and the pool below it (B-928..B-416). Its top is the newest chunk,
-    /// the driver's buffer at B-424: the next three 2 MiB segments take
-    /// B-422, B-420 and B-418, larger ones the range.
-    #[test]
-    fn the_driver_s_pool_s_top_takes_the_next_2_mib_segments() {
-        // lr02: six 2 MiB segments, then 20 MiB
-        let mut va = DriverVa::new(B);
-        assert_eq!(off(va.malloc(2 * MIB).unwrap()), -2);
-        assert!(va.release_context());
-        assert!(va.pool_reserved());
-        let got: Vec<i64> = [2, 2, 2, 2, 2, 2, 20]
-            .into_iter()
-            .map(|size| off(va.malloc(size * MIB).unwrap()))
-            .collect();
-        assert_eq!(got, vec![-422, -420, -418, -416, -414, -412, -410]);
-        // lr01: the embedding's 188 MiB first, 20 MiB between the 2 MiB ones
-        let mut va = DriverVa::new(B);
-        assert_eq!(off(va.malloc(2 * MIB).unwrap()), -2);
-        assert!(!va.pool_reserved());
-        assert!(va.release_context());
-        let got: Vec<i64> = [188, 2, 20, 2, 2, 2]
-            .into_iter()
-            .map(|size| off(va.malloc(size * MIB).unwrap()))
-            .collect();
-        assert_eq!(got, vec![-416, -422, -228, -420, -418, -208]);
-        // no pool after the first cuBLAS call's state
-        assert!(!DriverVa::after_cublas(B).pool_reserved());
     }
 }

@@ -402,24 +402,6 @@ const CUDNN_RNN_DRIVER_FIRST: u64 = 6 * 1024 * 1024;
 /// See [`CUDNN_RNN_DRIVER_FIRST`].
 const CUDNN_RNN_DRIVER_LATER: u64 = 2 * 1024 * 1024;
 
-/// What the driver takes, each placed as a segment is (rules 2, 1 and 3),
-/// at a process's first cuDNN handle made for a convolution: device memory
-/// of 6 and 4 MiB, then a 2 MiB page-locked buffer (a `/dev/zero` `rw-s`
-/// mapping; none where the process already has its second one, as after a
-/// `.item()`). Address space only, never given back. Measured: the H200's
-/// `fixtures/va_maps/first_conv_h200.json` (10 MiB taken above the output's
-/// 16 MiB in its new 32 MiB chunk, the buffer at +26 MiB); blind329/lr02's
-/// H100 history (`fixtures/run/history_lr02_s73_h100.pickle.xz`: 12 MiB
-/// free between the first convolution's 50 MiB output and the next 50 MiB
-/// segment, the pool's top full); blind312/la02's H100 maps
-/// (`fixtures/run/probes/qc70_la02_la03_maps_h100.tar.xz`, op 7478: 6 MiB
-/// in the released range under a 96 MiB segment, the pool's top's last
-/// 4 MiB taken, no buffer: its `.item()` had made it); session 21's vit
-/// on the H200 (6 MiB in the range under the buffer, the rest of the
-/// pool's top taken). The order of the 6 and the 4 is not measured: every
-/// case places them alike either way.
-const CUDNN_CONV_DRIVER_FIRST: [u64; 2] = [6 * 1024 * 1024, 4 * 1024 * 1024];
-
 /// The span of triton 3.6.0's `libtriton.so` (its LOAD segments, `readelf
 /// -l`, to the page): the loader maps it whole, page aligned. The H200's
 /// `/proc/self/maps` shows these segments, 141.28 MiB
@@ -439,15 +421,10 @@ const THREAD_STACK: u64 = 8 * 1024 * 1024 + 4096;
 /// `pinned2_h200.jsonl`).
 const PINNED_BUFFER: u64 = 2 * 1024 * 1024;
 
-/// How many of the process's page-locked buffers made before the driver's
-/// pool exists (rule 14) are not laid out: they go into a reservation of
-/// the driver's own (blind295/kj03's H100 maps: its first small block's
-/// buffer in the top 8 MiB of 32 MiB reserved at its first page-locked
-/// block; `docs/driver-placement.md`, session 68). Once the pool exists a
-/// new buffer is placed as a 2 MiB segment is, its top first: on the H200
-/// the first two of twelve 2 MiB blocks went into that top's last 4 MiB
-/// (`validation/va_pinned`), the third and every later one where a 2 MiB
-/// segment would.
+/// How many of the process's page-locked buffers go into the driver's
+/// pool's top (rule 14; its other two 2 MiB hold the driver's own), which
+/// is not laid out: on the H200 the third of twelve 2 MiB blocks and every
+/// later one went where a 2 MiB segment would.
 const PINNED_BUFFERS_IN_POOL_TOP: usize = 2;
 
 /// The host memory libcuda `malloc`s when it loads a kernel module lazily
@@ -921,9 +898,8 @@ impl Runtime {
     /// maps it among the segments (driver address-space rule 16); its
     /// address, which [`Runtime::pinned_free`] takes. `None` for a block
     /// of [`PINNED_BUFFER`] or less: it goes into one of the driver's 2 MiB
-    /// buffers, a new one mapped as a 2 MiB segment is once the driver's
-    /// pool exists (its top first, rule 14) or past the first
-    /// [`PINNED_BUFFERS_IN_POOL_TOP`] before, none ever freed.
+    /// buffers, a new one mapped among the segments once the pool's top
+    /// has no room ([`PINNED_BUFFERS_IN_POOL_TOP`]), none ever freed.
     pub fn pinned_alloc(&self, len: u64) -> Option<u64> {
         let mut st = self.st.borrow_mut();
         if len <= PINNED_BUFFER {
@@ -932,8 +908,7 @@ impl Runtime {
                 return None;
             }
             st.pinned_buffers.push(PINNED_BUFFER - len);
-            let pooled = st.alloc.device().pool_reserved();
-            if pooled || st.pinned_buffers.len() > PINNED_BUFFERS_IN_POOL_TOP {
+            if st.pinned_buffers.len() > PINNED_BUFFERS_IN_POOL_TOP {
                 let addr = st.alloc.device_mut().pinned_map(PINNED_BUFFER)?;
                 st.note_host(HostEvent::Pinned(addr, PINNED_BUFFER));
             }
@@ -1233,25 +1208,6 @@ impl Runtime {
     /// the process loads cuDNN's graph library if it has not (rule 9).
     pub fn sdpa_backend_choice(&self) {
         self.load_cudnn(&[CudnnLibrary::Graph]);
-    }
-
-    /// A cuDNN convolution gets its handle next (`getCudnnHandle` in
-    /// `run_single_conv`, before any benchmark search or plan): at the
-    /// process's first cuDNN handle the driver takes
-    /// [`CUDNN_CONV_DRIVER_FIRST`] and a 2 MiB page-locked buffer, placed as
-    /// segments are. A no-op once a handle exists (an RNN call's,
-    /// [`Runtime::cudnn_rnn`], or a plan's), and on a device started after
-    /// the first kernels ([`SimDevice::driver_map`]).
-    pub fn cudnn_conv_handle(&self) {
-        let mut st = self.st.borrow_mut();
-        if std::mem::replace(&mut st.cudnn_handle, true) {
-            return;
-        }
-        for len in CUDNN_CONV_DRIVER_FIRST.into_iter().chain([PINNED_BUFFER]) {
-            if let Some(addr) = st.alloc.device_mut().driver_map(len) {
-                st.note_host(HostEvent::Driver(addr, len));
-            }
-        }
     }
 
     /// A cuDNN graph-API plan (a convolution's) is built next: the process
@@ -2154,9 +2110,9 @@ mod tests {
     fn an_rnn_s_first_cudnn_call_maps_what_the_h100_maps() {
         let (host, flat, next) = first_rnn_call(false);
         assert_eq!(flat, -440.0);
-        // in the pool's top (rule 14: the pool at B-1120..B-608, under `adv`
-        // as in km03's maps of session 68; its buffer at B-616)
-        assert_eq!(next, -614.0);
+        // (B-426 is rule 6's 2 MiB; the H100 put this one in the pool's top,
+        // not laid out)
+        assert_eq!(next, -424.0);
         assert_eq!(
             host,
             vec![
@@ -2168,9 +2124,7 @@ mod tests {
         );
         let (host, flat, next) = first_rnn_call(true);
         assert_eq!(flat, -504.0);
-        // B-678, in the pool's top (B-1184..B-672), as km03's 5th segment in
-        // its H100 history of session 67
-        assert_eq!(next, -678.0);
+        assert_eq!(next, -488.0);
         assert_eq!(
             host,
             vec![
@@ -2181,70 +2135,6 @@ mod tests {
                 (-664.0, CUDNN_LIBRARY_SPANS[5]),
             ]
         );
-    }
-
-    /// A fresh process's first cuDNN convolution after the first kernels,
-    /// with `pool_top` 2 MiB segments in the pool's top: the driver's
-    /// mappings at its handle (offsets from B) and where the next 50 MiB
-    /// segment goes.
-    fn first_conv_handle(pool_top: usize) -> (Vec<(f64, u64)>, f64) {
-        let rt = Runtime::new(RuntimeConfig {
-            fresh_process: true,
-            ..RuntimeConfig::default()
-        });
-        rt.start_event_log();
-        let mib = |n: u64| n * 1024 * 1024;
-        let malloc = |n: u64| rt.malloc(n, "test", Category::Output).unwrap().0;
-        let b = malloc(512) + mib(2);
-        let off = |a: u64| (a as i64 - b as i64) as f64 / mib(1) as f64;
-        rt.first_launch();
-        rt.kernels_launched();
-        // small-pool segments of 2 MiB, two blocks of 1 MiB each (the
-        // first block still fits in B-2's): B-422, B-420, B-418 in turn
-        malloc(mib(1));
-        for k in 0..pool_top {
-            assert_eq!(off(malloc(mib(1))), -422.0 + 2.0 * k as f64);
-            malloc(mib(1));
-        }
-        // the convolution's output, at the released range's low end
-        assert_eq!(off(malloc(mib(50))), -416.0);
-        rt.cudnn_conv_handle();
-        rt.cudnn_conv_handle();
-        let next = off(malloc(mib(50)));
-        let log = rt.take_event_log().unwrap();
-        let host = log
-            .host
-            .iter()
-            .filter_map(|e| match e.what {
-                HostEvent::Driver(a, n) => Some((off(a), n)),
-                _ => None,
-            })
-            .collect();
-        (host, next)
-    }
-
-    /// The first cuDNN convolution's handle: 6 and 4 MiB of device memory
-    /// and a 2 MiB page-locked buffer, placed as segments. With the pool's
-    /// top full, all three lie directly above the output, as blind329/lr02's
-    /// H100 history has it (12 MiB free between its first convolution's
-    /// 50 MiB output and the next 50 MiB segment); with 4 MiB left in that
-    /// top, the 4 MiB go there and the range takes 6 MiB and the buffer, as
-    /// blind312/la02's H100 maps and session 21's vit on the H200 show.
-    #[test]
-    fn the_first_cudnn_convolution_s_handle_maps_12_mib() {
-        let mib = |n: u64| n << 20;
-        let (host, next) = first_conv_handle(3);
-        assert_eq!(
-            host,
-            vec![(-366.0, mib(6)), (-360.0, mib(4)), (-356.0, PINNED_BUFFER)]
-        );
-        assert_eq!(next, -354.0);
-        let (host, next) = first_conv_handle(1);
-        assert_eq!(
-            host,
-            vec![(-366.0, mib(6)), (-420.0, mib(4)), (-360.0, PINNED_BUFFER)]
-        );
-        assert_eq!(next, -358.0);
     }
 
     /// Settings changed at run time reach the allocator: the next segment

@@ -353,13 +353,6 @@ impl Device {
         self.p.runtime().first_kernels();
     }
 
-    /// A cuDNN convolution gets its handle next: at the process's first
-    /// cuDNN handle the driver's device memory and page-locked buffer take
-    /// address space (`Runtime::cudnn_conv_handle`).
-    fn cudnn_conv_handle(&self) {
-        self.p.runtime().cudnn_conv_handle();
-    }
-
     /// A cuDNN plan (a convolution's, cuDNN attention's) is built next:
     /// cuDNN's libraries load where they have not (driver address-space
     /// rule 9).

@@ -280,9 +280,6 @@ def _conv_workspace(cap, op, conv) -> None:
             "(`torch.backends.cudnn.enabled = False`)"
         )
         return
-    # `run_single_conv` (cudnn/Conv_v8.cpp) gets its handle first: at the process's first, the
-    # driver's device memory and page-locked buffer take address space (driver address-space rule 20)
-    cap.device.cudnn_conv_handle()
     timed = _benchmark_first_call(cap, op, name, conv) if torch.backends.cudnn.benchmark else None
     key = _benchmark_cache_key(cap, op, name, conv)
     # a search halved after an out-of-memory timed only the plans whose workspace fits the halved
@@ -1256,7 +1253,6 @@ def _cudnn_fused(cap, func, args, kwargs):
             )
             _conv_workspace(cap, "forward", conv)
         elif measured:
-            cap.device.cudnn_conv_handle()
             cap.device.cudnn_plan()
             oom = cap.oom
             try:
@@ -1273,7 +1269,6 @@ def _cudnn_fused(cap, func, args, kwargs):
             else:
                 del ws
         else:
-            cap.device.cudnn_conv_handle()
             cap.device.cudnn_plan()
         del zeros
     del x_c, w_c, z_c

@@ -415,17 +415,11 @@ def _nonzero_scratch(cap, x, positions, shape=None):
     if sizes[0]:
         tmp = cap.malloc(sizes[0], op, "workspace")
         del tmp
-    # the count read back through a page-locked host tensor (`empty_cpu(..., pin_memory=true)`
-    # of `num_chunks` ints, one chunk per 2**30 elements): a block of the caching host allocator,
-    # whose first `cudaHostAlloc` maps one of the driver's 2 MiB buffers (driver address-space
-    # rule 16); dies at the return
-    pinned = torch.empty(1 if numel < 2**31 - 1 else -(-numel // 2**30), dtype=torch.int32)
-    cap.pinned.allocate(cap, pinned.untyped_storage())
     out = positions()
     if sizes[1] and dim > 0:
         tmp = cap.malloc(sizes[1], op, "workspace")
         del tmp
-    del count, copy, pinned
+    del count, copy
     return out
 
 
