@@ -835,6 +835,21 @@ def test_fused_gru_cell_backward_reduces_each_bias_gradient_with_its_global_buff
     assert (count, req) == (9, 79956240)
 
 
+def test_fused_lstm_cell_backward_reduces_the_bias_gradient_with_its_global_buffer():
+    # blind340/mc03's H100 per-op truth: `_thnn_fused_lstm_cell_backward_impl` of a (269322, 20)
+    # LSTMCell with biases and no grad_cy made 5 allocations, 129,356,008 bytes requested: its 3
+    # outputs and `grad_gates.sum(0)`'s global buffer (21,626,880) and semaphores
+    with vramscope.capture(gpu="h100"):
+        grad_hy = torch.empty(269322, 20, device="cuda")
+        cx = torch.empty(269322, 20, device="cuda")
+        cy = torch.empty(269322, 20, device="cuda")
+        workspace = torch.empty(269322, 80, device="cuda")
+        _, count, req = _counted(
+            lambda: torch.ops.aten._thnn_fused_lstm_cell_backward_impl(grad_hy, None, cx, cy, workspace, True)
+        )
+    assert (count, req) == (5, 129356008)
+
+
 def test_autocast_lstm_weight_copies_backward_through_copy_alone():
     # blind123/ds02's H200 history: under autocast each cuDNN LSTM call copies its weights into a new
     # fp16 flat buffer through tensors `set_` over its storage (AutocastRNN.cpp's
