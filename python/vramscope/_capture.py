@@ -3249,6 +3249,9 @@ class Capture:
         self.workers_started = False
         #: whether some started worker may still make its malloc arena (`_working`)
         self.arenas_pending = True
+        #: host ops run on one intra-op thread now (the DataLoader's pin-memory thread's, which
+        #: `_dataloader.py` runs on the program's): `at::parallel_for` runs their loops serially
+        self.serial_host = 0
         #: OpenMP's pool started before the context: the host storages alive then (rule 17)
         self.pool_over: set | None = None
         #: how many of that pool's workers took a share of a loop before the context: those made
@@ -3980,9 +3983,17 @@ class Capture:
         if normal_draw:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
+        if self.serial_host:
+            # one intra-op thread: Parallel-inl.h's `parallel_for` runs the loop inline when
+            # `at::get_num_threads()` is 1, so no OpenMP worker starts or takes a share
+            loop = 0
         # (before the context, a started pool's later loops count the workers with an arena)
         pool_arenas = self.pool_over is not None and not self.started
-        if not converted and (self.arenas_pending or (pool_arenas and self.pool_working < INTRA_OP_WORKERS)):
+        if (
+            not converted
+            and not self.serial_host
+            and (self.arenas_pending or (pool_arenas and self.pool_working < INTRA_OP_WORKERS))
+        ):
             loop = _host_parallel(func, args, kwargs, out)
         if converted:
             # a host-to-device copy staged on the host: a CPU temporary (Copy.cu's
@@ -3991,8 +4002,8 @@ class Capture:
             # history). Its loop runs in parallel: at the first, OpenMP's workers start below that
             # temporary, 15 beside the main thread on the H200's 16-core host (rule 15; measured:
             # blind153/ew01's H200 history, docs/driver-placement.md)
-            workers = 0 if self.workers_started else INTRA_OP_WORKERS
-            self.workers_started = True
+            workers = 0 if self.workers_started or self.serial_host else INTRA_OP_WORKERS
+            self.workers_started = self.workers_started or not self.serial_host
             self._native_workers("host_conversion", converted, workers, working=self._working(loop))
         elif loop and not self.workers_started:
             # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
