@@ -948,6 +948,13 @@ _ARANGE = {
 }
 
 
+#: the address space `cublasCreate` reserves for a handle after the process's first (whose 64 MiB the
+#: native device reserves, rule 8): the autograd engine's thread's handle at its first matrix product
+#: (docs/driver-placement.md, session 22: `segment_placement.py events`, y06's maps; blind335/lx02's
+#: and blind336/ly03's H100 histories: 64 MiB between the first backward's assert buffer or segment
+#: and that thread's cuBLAS workspace, in the context's range); no 2 MiB beside it, unlike the first
+LATER_CUBLAS_RESERVATION = 64 << 20
+
 #: the page-locked mapping the driver makes at the process's first kernel compiled with a device-side
 #: assert, 8.25 MiB (validation/run/probes/qc70_pinned_mapping_first_op_probe's H100 maps;
 #: docs/driver-placement.md rule 19)
@@ -3191,6 +3198,8 @@ class Capture:
         self.blas_windows: dict = {}
         self.blas_released: list[int] = []
         self.blas_made = 0
+        #: the cuBLAS handles created so far, as the native device keys them: (thread, handle)
+        self.blas_created: set[tuple] = set()
         #: TunableOp's results this program tuned, (op signature, params signature) -> kernel, in
         #: the order tuned (`TuningResultsManager::Add`; `torch.cuda.tunable.get_results` lists them)
         self.tunable_results: dict[tuple[str, str], str] = {}
@@ -3747,6 +3756,13 @@ class Capture:
                 # 32 MiB workspace, made in a MemPool by a teacher's first addmm)
                 self.blas_streams.setdefault((thread, handle, self.stream, False), stream)
             dtype_name = str(dtype).removeprefix("torch.")
+            if (thread, handle) not in self.blas_created:
+                if self.blas_created:
+                    # a later handle's `cublasCreate`: its reservation, placed as a segment is
+                    # (rules 2, 1 and 3, as `pinned_alloc` places more than 2 MiB), before its
+                    # workspace; address space only
+                    self.device.pinned_alloc(LATER_CUBLAS_RESERVATION)
+                self.blas_created.add((thread, handle))
             self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
         except _native.OutOfMemory as e:
             failure = str(e)
