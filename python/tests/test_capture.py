@@ -7475,6 +7475,57 @@ def test_pin_memory_of_a_large_host_tensor_starts_openmp_s_workers(tmp_script, t
     assert lowest("torch.empty(1 << 20)") == empty
 
 
+def test_a_loader_s_pin_memory_thread_pins_serially_and_starts_no_workers(tmp_script, tmp_path):
+    # torch/utils/data/_utils/pin_memory.py's `_pin_memory_loop` calls `torch.set_num_threads(1)`
+    # first (thread-local), so the pin's copy into the page-locked block (50,176 elements, over ATen's
+    # grain size) runs inline (Parallel-inl.h: `parallel_for` needs `get_num_threads() > 1`): no
+    # OpenMP worker starts. The twin pins a worker loader's batches on the program's thread, where it
+    # started the 15 workers (blind335/lx02's H100 history: its test phase's first new chunk lay
+    # 1,376 MiB lower than the GPU's with them, 608 MiB higher without). Without workers the loader
+    # pins on the program's thread itself, in parallel (rule 15)
+    def lowest(workers):
+        return _chunk_below_first_segment(
+            tmp_script,
+            tmp_path,
+            "from torch.utils.data import DataLoader, TensorDataset\n"
+            f"{_AFTER_CONTEXT}data = TensorDataset(torch.empty(128, 1, 28, 28))\n"
+            f"for (x,) in DataLoader(data, batch_size=64, num_workers={workers}, pin_memory=True):\n"
+            '    x = x.to("cuda", non_blocking=True)',
+        )
+
+    threaded = lowest(1)
+    # the 15 workers' stacks and the one arena of a loop of two grains, on the program's thread
+    assert threaded - lowest(0) == 224
+    assert threaded == _chunk_below_first_segment(tmp_script, tmp_path, _AFTER_CONTEXT)
+
+
+def test_a_later_cublas_handle_reserves_64_mib_before_its_workspace(tmp_script, tmp_path):
+    # the autograd engine's thread makes a cuBLAS handle of its own at its first matrix product
+    # (`getCurrentCUDABlasHandle` is per thread), and `cublasCreate` reserves 64 MiB of address space
+    # for it as for the process's first (rule 8), placed as a segment is, without the 2 MiB
+    # (docs/driver-placement.md, session 22; blind335/lx02's H100 history: its workspaces at B-352 and
+    # B-246, the assert buffer and 64 MiB between). Here the context's range B-416..B-2 holds the
+    # first handle's 64 MiB and 2 MiB, its workspace at B-350, the `sum`'s assert buffer (10 MiB of
+    # pages), then the later handle's 64 MiB: its workspace at B-244 (B-308 without it)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+z = torch.zeros(16, device="cuda")
+x = torch.randn(64, 128, device="cuda", requires_grad=True)
+w = torch.randn(128, 128, device="cuda", requires_grad=True)
+(x @ w).sum().backward()
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    anchor = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+    workspaces = sorted((s["address"] - anchor) >> 20 for s in segs if s["total_size"] == 32 << 20)
+    assert workspaces == [-350, -244]
+
+
 def _above_second_segment(tmp_script, tmp_path, body):
     """MiB from the second 20 MiB segment up to a 24 MiB one made after `body`, which runs after a
     context, a cuBLAS GEMM, a pointwise kernel and two 20 MiB segments (`validation/va_pinned`'s

@@ -948,6 +948,13 @@ _ARANGE = {
 }
 
 
+#: the address space `cublasCreate` reserves for a handle after the process's first (whose 64 MiB the
+#: native device reserves, rule 8): the autograd engine's thread's handle at its first matrix product
+#: (docs/driver-placement.md, session 22: `segment_placement.py events`, y06's maps; blind335/lx02's
+#: and blind336/ly03's H100 histories: 64 MiB between the first backward's assert buffer or segment
+#: and that thread's cuBLAS workspace, in the context's range); no 2 MiB beside it, unlike the first
+LATER_CUBLAS_RESERVATION = 64 << 20
+
 #: the page-locked mapping the driver makes at the process's first kernel compiled with a device-side
 #: assert, 8.25 MiB (validation/run/probes/qc70_pinned_mapping_first_op_probe's H100 maps;
 #: docs/driver-placement.md rule 19)
@@ -3191,6 +3198,8 @@ class Capture:
         self.blas_windows: dict = {}
         self.blas_released: list[int] = []
         self.blas_made = 0
+        #: the cuBLAS handles created so far, as the native device keys them: (thread, handle)
+        self.blas_created: set[tuple] = set()
         #: TunableOp's results this program tuned, (op signature, params signature) -> kernel, in
         #: the order tuned (`TuningResultsManager::Add`; `torch.cuda.tunable.get_results` lists them)
         self.tunable_results: dict[tuple[str, str], str] = {}
@@ -3249,6 +3258,9 @@ class Capture:
         self.workers_started = False
         #: whether some started worker may still make its malloc arena (`_working`)
         self.arenas_pending = True
+        #: host ops run on one intra-op thread now (the DataLoader's pin-memory thread's, which
+        #: `_dataloader.py` runs on the program's): `at::parallel_for` runs their loops serially
+        self.serial_host = 0
         #: OpenMP's pool started before the context: the host storages alive then (rule 17)
         self.pool_over: set | None = None
         #: how many of that pool's workers took a share of a loop before the context: those made
@@ -3744,6 +3756,13 @@ class Capture:
                 # 32 MiB workspace, made in a MemPool by a teacher's first addmm)
                 self.blas_streams.setdefault((thread, handle, self.stream, False), stream)
             dtype_name = str(dtype).removeprefix("torch.")
+            if (thread, handle) not in self.blas_created:
+                if self.blas_created:
+                    # a later handle's `cublasCreate`: its reservation, placed as a segment is
+                    # (rules 2, 1 and 3, as `pinned_alloc` places more than 2 MiB), before its
+                    # workspace; address space only
+                    self.device.pinned_alloc(LATER_CUBLAS_RESERVATION)
+                self.blas_created.add((thread, handle))
             self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
         except _native.OutOfMemory as e:
             failure = str(e)
@@ -3980,9 +3999,17 @@ class Capture:
         if normal_draw:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
+        if self.serial_host:
+            # one intra-op thread: Parallel-inl.h's `parallel_for` runs the loop inline when
+            # `at::get_num_threads()` is 1, so no OpenMP worker starts or takes a share
+            loop = 0
         # (before the context, a started pool's later loops count the workers with an arena)
         pool_arenas = self.pool_over is not None and not self.started
-        if not converted and (self.arenas_pending or (pool_arenas and self.pool_working < INTRA_OP_WORKERS)):
+        if (
+            not converted
+            and not self.serial_host
+            and (self.arenas_pending or (pool_arenas and self.pool_working < INTRA_OP_WORKERS))
+        ):
             loop = _host_parallel(func, args, kwargs, out)
         if converted:
             # a host-to-device copy staged on the host: a CPU temporary (Copy.cu's
@@ -3991,8 +4018,8 @@ class Capture:
             # history). Its loop runs in parallel: at the first, OpenMP's workers start below that
             # temporary, 15 beside the main thread on the H200's 16-core host (rule 15; measured:
             # blind153/ew01's H200 history, docs/driver-placement.md)
-            workers = 0 if self.workers_started else INTRA_OP_WORKERS
-            self.workers_started = True
+            workers = 0 if self.workers_started or self.serial_host else INTRA_OP_WORKERS
+            self.workers_started = self.workers_started or not self.serial_host
             self._native_workers("host_conversion", converted, workers, working=self._working(loop))
         elif loop and not self.workers_started:
             # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
