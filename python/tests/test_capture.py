@@ -7704,6 +7704,30 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-544, 100), (-444, 20), (72, 20), (384, 20)]
 
 
+def test_a_page_locked_block_made_before_the_context_is_no_host_built_tensor(tmp_script, tmp_path):
+    # blind341/md05 pins its models before its first allocation: a page-locked block is the driver's
+    # mapping (`cudaHostAlloc`, rule 16), and freed it goes back to the host allocator's cache, still
+    # mapped; rule 11 (glibc's mappings above the context) does not lay it out, so no chunk goes
+    # into its range
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+p = torch.empty(100 << 20, dtype=torch.uint8).pin_memory()
+x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")     # the context's hole at B+72
+del p
+keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = max(s["address"] for s in segs) - (72 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    assert where == [(-512, 20), (-480, 20), (-448, 20), (72, 20)]
+
+
 def test_gelu_tanh_double_backward_sums_its_terms_out_of_place():
     # FunctionsManual.cpp's gelu_double_backward (tanh): `2 * f_prime_gh + g_prime_fh + h_prime_fg`
     # makes two input-sized sums, out of place on the GPU, beside the engine's in-place
