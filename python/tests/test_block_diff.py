@@ -148,3 +148,37 @@ def test_cross_tells_a_segment_count_that_follows_the_addresses_from_one_that_fo
         "    segment #0: GPU +0 MiB, twin +0 MiB from the first small segment",
         "    segment #1: GPU +4096 MiB, twin -4096 MiB from the first small segment",
     ]
+
+
+def test_allocs_compares_blocks_whatever_the_order_of_the_frees_between(tmp_path, capsys):
+    # blind341/md05's H100 and twin histories free a step's tensors in another order (the first
+    # comparison stops there) on streams numbered by pointer on the GPU; the allocations alone show
+    # where a block first differs
+    base = 1 << 32
+
+    def history(name, stream, frees, third):
+        entries = [
+            {"action": "segment_alloc", "addr": base, "size": 20 * MB},
+            {"action": "alloc", "addr": base, "size": 8 * MB},
+            {"action": "alloc", "addr": base + 8 * MB, "size": 4 * MB},
+        ]
+        entries += [
+            {"action": "free_completed", "addr": base + 8 * MB * k, "size": (8 - 4 * k) * MB} for k in frees
+        ]
+        entries.append({"action": "alloc", "addr": base, "size": third})
+        trace = [dict(e, stream=stream, frames=[]) for e in entries]
+        with open(tmp_path / name, "wb") as f:
+            pickle.dump({"segments": [], "device_traces": [trace]}, f)
+        return tmp_path / name
+
+    gpu = history("gpu.pickle", 0x55D0, [0, 1], 7 * MB)
+    twin = history("twin.pickle", 0x7F00, [1, 0], 7 * MB)
+    block_diff.diff(gpu, twin, 3)
+    assert "the sequences part" in capsys.readouterr().out
+    block_diff.diff_allocs(gpu, twin, 3)
+    assert "same blocks throughout" in capsys.readouterr().out
+    # with the 4 MiB tensor still live, 7 MiB of the freed 8 leaves a 1 MiB rest, kept in the block
+    block_diff.diff_allocs(gpu, history("other.pickle", 0x7F00, [0], 7 * MB), 3)
+    assert "allocation 2 (GPU entry 5 / twin 4): 7,340,032 on stream 0: block 7,340,032 / 8,388,608" in (
+        capsys.readouterr().out
+    )

@@ -7727,21 +7727,56 @@ print("threads", seen, real, torch.get_num_threads(), torch._C.get_num_threads()
     assert "threads 3 1 3 3" in lines
 
 
-def test_a_hole_among_host_tensors_is_address_space_no_mapping_holds():
-    # rule 11's hole check (blind192/gj03): a thread's arena between two mapped tensors is no hole
-    import ctypes
-    import mmap
+def test_a_freed_tensor_among_host_built_tensors_leaves_them_one_above_the_other(tmp_script, tmp_path):
+    # rule 11 with a hole among the host tensors (blind342/me02's H100 history: T5's stacks free their
+    # own 94 MiB embeddings for the shared one; blind341/md02's: `.half()` frees the fp32 weights):
+    # the tensors still lie one above the other from B+246, so once `a` is copied and freed its
+    # range (B+346..B+446) takes a chunk at its aligned top, B+384
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+a = torch.empty(100 << 20, dtype=torch.uint8)   # glibc maps each on its own, top-down
+h = torch.empty(100 << 20, dtype=torch.uint8)
+b = torch.empty(100 << 20, dtype=torch.uint8)
+del h                                           # a 100 MiB hole between a and b
+y = a.cuda()                                    # 100 MiB at B-544
+del a
+keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 100 << 20) + (544 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    # (laid out nowhere, the third 20 MiB segment went below every chunk, at B-576, not B+384)
+    assert where == [(-544, 100), (-444, 20), (72, 20), (384, 20)]
 
-    from vramscope._capture import _unmapped_bytes
 
-    size = 8 << 20
-    m = mmap.mmap(-1, size)
-    buf = ctypes.c_char.from_buffer(m)
-    lo = ctypes.addressof(buf)
-    assert _unmapped_bytes(lo, lo + size) == 0
-    del buf
-    m.close()
-    assert _unmapped_bytes(lo, lo + size) == size
+def test_a_page_locked_block_made_before_the_context_is_no_host_built_tensor(tmp_script, tmp_path):
+    # blind341/md05 pins its models before its first allocation: a page-locked block is the driver's
+    # mapping (`cudaHostAlloc`, rule 16), and freed it goes back to the host allocator's cache, still
+    # mapped; rule 11 (glibc's mappings above the context) does not lay it out, so no chunk goes
+    # into its range
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+p = torch.empty(100 << 20, dtype=torch.uint8).pin_memory()
+x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")     # the context's hole at B+72
+del p
+keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = max(s["address"] for s in segs) - (72 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    assert where == [(-512, 20), (-480, 20), (-448, 20), (72, 20)]
 
 
 def test_gelu_tanh_double_backward_sums_its_terms_out_of_place():

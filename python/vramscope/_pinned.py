@@ -168,6 +168,15 @@ class PinnedHost:
                 self.block_bytes.decrease(size)
         self.free.clear()
 
+    def held_pointers(self) -> set[int]:
+        """The data pointers of the storages holding a block now."""
+        out = set()
+        for ref in list(self.held.values()):
+            storage = ref()
+            if storage is not None:
+                out.add(storage.data_ptr())
+        return out
+
     def stats(self) -> dict:
         """`torch._C._cuda_hostMemoryStats()` as torch/cuda/memory.py's `host_memory_stats` documents
         it for 2.11: `allocations` and `allocated_bytes` the blocks the allocator owns (active and

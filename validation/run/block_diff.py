@@ -3,6 +3,12 @@
     python block_diff.py GPU.pickle TWIN.pickle [N]     the first N allocations whose blocks differ,
                                                         with the allocated figure after each, and the
                                                         first one's candidate free blocks on each side
+    python block_diff.py --allocs GPU.pickle TWIN.pickle [N]
+                                                        as the first, over the allocations alone: the
+                                                        frees between two allocations may come in
+                                                        another order, and streams are numbered in
+                                                        the order they first allocate (a GPU's
+                                                        stream ids are pointers)
     python block_diff.py --place GPU.pickle TWIN.pickle [N]
                                                         the first N allocations placed in another
                                                         segment (numbered in the order they were
@@ -166,6 +172,38 @@ def diff(gpu_path, twin_path, n):
         print(f"{name}: free blocks that fit {size:,} before entry {entry[0]} (the first is taken):")
         for b in fits:
             print(f"    {b[0]:,} at offset {b[3]:,} of segment #{b[2]} ({b[4]:,} bytes)")
+
+
+def allocations(path):
+    """The trace's allocations as replay's (entry index, allocated after it, block, entry), each entry
+    with its stream renumbered in the order the streams first allocate."""
+    out, _, _ = replay(path)
+    streams = {}
+    allocs = [(i, allocated, block, e) for i, allocated, block, e in out if block]
+    return [(i, a, b, dict(e, stream=streams.setdefault(e["stream"], len(streams)))) for i, a, b, e in allocs]
+
+
+def diff_allocs(gpu_path, twin_path, n):
+    gpu, twin = allocations(gpu_path), allocations(twin_path)
+    print(f"GPU: {len(gpu):,} allocations; twin: {len(twin):,}")
+    shown = 0
+    for k, (g, t) in enumerate(zip(gpu, twin, strict=False)):
+        if (g[3]["size"], g[3]["stream"]) != (t[3]["size"], t[3]["stream"]):
+            print(
+                f"the requests part at allocation {k} (GPU entry {g[0]}, twin entry {t[0]}): "
+                "use ops_diff.py first"
+            )
+            return
+        if g[2] != t[2]:
+            print(
+                f"allocation {k} (GPU entry {g[0]} / twin {t[0]}): {g[3]['size']:,} on stream "
+                f"{g[3]['stream']}: block {g[2]:,} / {t[2]:,}, allocated {g[1]:,} / {t[1]:,}   {frames(g[3])}"
+            )
+            shown += 1
+            if shown >= n:
+                return
+    if not shown:
+        print("same blocks throughout")
 
 
 def placements(path):
@@ -369,6 +407,8 @@ def main():
         slack(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "--cross":
         cross(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "--allocs":
+        diff_allocs(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
     elif sys.argv[1] == "--place":
         place(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
     else:
