@@ -8,9 +8,13 @@ another address order: on the H100 the model's `.cuda()` segments lie below the 
 segment (B-2) and the 20 MiB one (B+72), in creation order downward, with no step-1 12 MiB segment
 in their 32 MiB chunks; in the twin they lie above the context in the freed host tensors' ranges
 (driver rule 11: a model built on the host before the context), with 12 MiB segments in their
-chunks' holes. This probe runs mb03 unmodified but for marks (its source with `model =
+chunks' holes. torch 2.11's `torch.cuda.set_device` calls `c10::cuda::set_device(device, /*force=*/true)`
+(libtorch_python.so's THCPModule_setDevice_wrap), so `cudaSetDevice`, which since CUDA 12 initializes
+the primary context at once: mb03's context would then exist before its model is built.
+This probe runs mb03 unmodified but for marks (its source with `model =
 Transformer().cuda()` split in two) and prints, at each mark, `torch.cuda.is_initialized()`,
-whether the device's primary context exists, the process's thread count and /proc/self/maps
+whether the device's primary context exists (no CUDA call before `set_device`: the memory
+history starts right after it), the process's thread count and /proc/self/maps
 (anonymous and file mappings of 1 MiB or more within B-12 GiB..B+8 GiB, offsets in MiB from B).
 After optimizer step 1 it prints every segment in creation order (B-relative offset, size, first
 script line) and stops. B is the first 2 MiB segment + 2 MiB (driver rule 4).
@@ -27,7 +31,6 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 MIB = 1 << 20
 script = os.path.abspath(glob.glob("blind339/mb03_*.py")[0])
 name = os.path.basename(script)
-torch.cuda.memory._record_memory_history(max_entries=3000000, stacks="python")
 marks = []
 
 
@@ -49,8 +52,13 @@ def base():
     return None
 
 
-def mark(tag):
-    ctx = None
+def mark(tag, cuda=True):
+    """`cuda=False` before the script's first CUDA call: no query that could start CUDA."""
+    if not cuda:
+        marks.append(
+            (tag, None, None, len(os.listdir("/proc/self/task")), threading.active_count(), None, maps())
+        )
+        return
     try:
         ctx = torch._C._cuda_hasPrimaryContext(0)
     except Exception as e:
@@ -105,9 +113,15 @@ def after_step(opt, args, kwargs):
 register_optimizer_step_post_hook(after_step)
 src = open(script).read()
 cuts = {
-    "import os\n": "import os\nmark('start')\n",
-    "torch.cuda.set_device(": "mark('after init_process_group')\ntorch.cuda.set_device(",
-    "tp = dist.get_world_size()\n": "mark('after set_device')\ntp = dist.get_world_size()\n",
+    "import os\n": "import os\nmark('start', cuda=False)\n",
+    "torch.cuda.set_device(": "mark('after init_process_group', cuda=False)\ntorch.cuda.set_device(",
+    # the history starts after set_device (before the first allocation), so nothing before it
+    # touches CUDA
+    "tp = dist.get_world_size()\n": (
+        "mark('after set_device')\n"
+        "torch.cuda.memory._record_memory_history(max_entries=3000000, stacks='python')\n"
+        "tp = dist.get_world_size()\n"
+    ),
     "torch.manual_seed(3393)\n": "mark('after init_device_mesh')\ntorch.manual_seed(3393)\n",
     "model = Transformer().cuda()\n": (
         "model = Transformer()\nmark('model built')\nmodel = model.cuda()\nmark('after .cuda()')\n"
