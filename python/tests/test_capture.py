@@ -4687,6 +4687,20 @@ def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
     assert next_segment(lambda x: torch.bernoulli(x, 0.5)) == -414
 
 
+def test_a_c10d_scatter_is_not_a_kernel_with_a_device_side_assert():
+    # rule 19: only ATen's kernels; `c10d::scatter_` (DTensor's `distribute_tensor` on a one-rank
+    # NCCL group) runs NCCL's, and dt76_mb03_nccl_maps_probe's H100 maps show no 8.25 MiB mapping
+    # after blind339/mb03's `parallelize_module`, one at step 1's embedding
+    import torch.distributed  # registers the c10d ops
+    from vramscope._capture import _asserts_on_device
+
+    x = torch.zeros(4)
+    assert not _asserts_on_device(torch.ops.c10d.scatter_.default, ([x], [[x]]), {})
+    assert _asserts_on_device(
+        torch.ops.aten.scatter_.value, (x, 0, torch.zeros(4, dtype=torch.long), 1.0), {}
+    )
+
+
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):
     # a 2 MiB tensor is mapped by this process's glibc (its threshold still low) but served by the
     # GPU process's heap (its threshold 3,846,144 bytes, rule 7): the 100 MiB hole between it and the
