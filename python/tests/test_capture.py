@@ -4542,6 +4542,28 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-1120, 700), (72, 20), (544, 64), (608, 64)] + [(k, 20) for k in range(672, 897, 32)]
 
 
+def test_set_device_starts_the_context_before_a_host_built_tensor(tmp_script, tmp_path):
+    # torch 2.11's `torch.cuda.set_device` forces `cudaSetDevice` (`THCPModule_setDevice_wrap`:
+    # `c10::cuda::set_device(device, true)`), which makes the primary context (CUDA 12): a CPU
+    # tensor made after it is not laid out above the context (rule 11), so once `.cuda()` has
+    # copied it and it is freed, the next chunk goes below the lowest one, not into its range
+    # (blind339/mb03's H100 block map: its host-built model's chunks below B-2, not above B+96)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+torch.cuda.set_device(0)
+x = torch.empty(700 << 20, dtype=torch.uint8)   # made after the context
+p = torch.empty(1000, device="cuda")            # 2 MiB at B-2
+y = x.cuda()                                    # 700 MiB below the context, at B-1120
+del x
+keep = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    assert _segments_from_the_anchor(script, snap) == [(-1184, 64), (-1120, 700), (-2, 2)]
+
+
 def test_pow_s_kernel_module_takes_the_top_of_a_freed_host_range(tmp_script, tmp_path):
     # blind4/d01 on the H200 (fixtures/va_maps/host_built_h200.tar.xz; docs/driver-placement.md,
     # rule 12): the first pow kernel loads its module, whose two host buffers (38.53 MiB) glibc maps
@@ -4663,6 +4685,20 @@ def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
     assert next_segment(lambda x: torch.max(x, x)) == -414
     assert next_segment(lambda x: x.max()) == -404
     assert next_segment(lambda x: torch.bernoulli(x, 0.5)) == -414
+
+
+def test_a_c10d_scatter_is_not_a_kernel_with_a_device_side_assert():
+    # rule 19: only ATen's kernels; `c10d::scatter_` (DTensor's `distribute_tensor` on a one-rank
+    # NCCL group) runs NCCL's, and dt76_mb03_nccl_maps_probe's H100 maps show no 8.25 MiB mapping
+    # after blind339/mb03's `parallelize_module`, one at step 1's embedding
+    import torch.distributed  # registers the c10d ops
+    from vramscope._capture import _asserts_on_device
+
+    x = torch.zeros(4)
+    assert not _asserts_on_device(torch.ops.c10d.scatter_.default, ([x], [[x]]), {})
+    assert _asserts_on_device(
+        torch.ops.aten.scatter_.value, (x, 0, torch.zeros(4, dtype=torch.long), 1.0), {}
+    )
 
 
 def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):

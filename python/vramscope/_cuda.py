@@ -418,6 +418,17 @@ def _jiterator_launch(code_string, kernel_name, return_by_ref, num_outputs, tens
     return outs[0] if num_outputs == 1 else tuple(outs)
 
 
+def _set_device(cap, device) -> None:
+    """`torch.cuda.set_device`: torch 2.11's `THCPModule_setDevice_wrap` calls
+    `c10::cuda::set_device(device, /*force=*/true)` (libtorch_python.so), so `cudaSetDevice` runs
+    even for the current device, and since CUDA 12 it initializes the device's primary context at
+    once (the CUDA runtime API's `cudaSetDevice`). The twin's context then starts here, so CPU
+    tensors made after it are not laid out above it (driver address-space rule 11). A negative
+    index is a no-op (torch/cuda/__init__.py)."""
+    if torch.cuda._get_device_index(device, optional=True) >= 0 and not cap.started:
+        cap.start()
+
+
 def patch(cap) -> _Patch:
     """Point torch.cuda at `cap`'s twin; returns what restores it."""
     props = _Properties(cap.device)
@@ -440,7 +451,7 @@ def patch(cap) -> _Patch:
     p.set(cuda, "init", lambda *a, **k: None)
     p.set(cuda, "device_count", lambda: world)  # under --nproc, the node's GPUs
     p.set(cuda, "current_device", lambda: 0)
-    p.set(cuda, "set_device", lambda *a, **k: None)
+    p.set(cuda, "set_device", lambda device: _set_device(cap, device))
     # `with torch.cuda.device(i)` (`device_of`, RNNBase.flatten_parameters): the one device stays current
     p.set(cuda, "_exchange_device", lambda device: -1 if device < 0 else 0)
     p.set(cuda, "_maybe_exchange_device", lambda device: -1 if device < 0 else 0)
