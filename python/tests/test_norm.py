@@ -459,6 +459,24 @@ def test_mish_backward_under_vmap_is_one_cuda_kernel():
         assert gx.shape == x.shape and gx.is_contiguous()
 
 
+def test_fused_rms_norm_backward_called_as_an_op_copies_a_strided_gradient():
+    # FusedRmsNormBackward0 of a DTensor calls `_fused_rms_norm_backward` on it, which DTensor runs
+    # on the local tensors: the CUDA kernel makes dY contiguous, so the expanded gradient of a
+    # `sum()` is copied (the H100's dt75 probe: DTensor rms_norm float32, +8 MiB at the backward's
+    # peak). The meta kernel gave dX and dgamma alone
+    def setup(expanded):
+        x = torch.empty(2048, 1024, device="cuda")
+        rstd = torch.empty(2048, 1, device="cuda")
+        gy = torch.ones((), device="cuda").expand(2048, 1024)
+        return (gy if expanded else gy.contiguous()), x, rstd, torch.ones(1024, device="cuda")
+
+    def op(gy, x, rstd, w):
+        return torch.ops.aten._fused_rms_norm_backward(gy, x, [1024], rstd, w, [True, True])
+
+    assert _extra(lambda: setup(True), op) == (1, 2048 * 1024 * 4)
+    assert _extra(lambda: setup(False), op) == (0, 0)
+
+
 def test_rms_norm_backward_over_many_rows_of_few_columns_sums_per_block_partials():
     # blind200/gr03's H200 per-op truth: an SD3-like MMDiT's q RMSNorm(64) over (16, 1024, 16, 64)
     # bfloat16 (a view of the qkv projection, its gradient a slice of the joint attention's): the

@@ -266,6 +266,38 @@ def test_sequence_parallel_rms_norm_takes_the_fused_kernel(tmp_script):
     assert lines[-1] == f"ran FusedRmsNormBackward0 {rows * 1024 * 4 + rows * 4} (4, 512, 1024)"
 
 
+DTENSOR_RMS_NORM = """
+import os
+import torch, torch.distributed as dist, torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+x = distribute_tensor(torch.randn(4, 512, 1024, device="cuda", requires_grad=True), mesh, [Shard(1)])
+w = distribute_tensor(torch.ones(1024, device="cuda", requires_grad=True), mesh, [Replicate()])
+base = torch.cuda.memory_allocated()
+y = F.rms_norm(x, (1024,), w)
+held = torch.cuda.memory_allocated() - base
+torch.cuda.reset_peak_memory_stats()
+y.to_local().sum().backward()
+print("ran", type(y.grad_fn).__name__, held, torch.cuda.max_memory_allocated() - base)
+"""
+
+
+def test_dtensor_rms_norm_backward_copies_the_expanded_gradient(tmp_script):
+    # FusedRmsNormBackward0 calls `_fused_rms_norm_backward` on the DTensors, which DTensor runs on
+    # the local tensors (`fused_rms_norm_bwd_strategy`, _math_ops.py); the CUDA kernel makes dY
+    # contiguous, and a `sum()`'s gradient is expanded: the backward's peak holds dX, dgamma and the
+    # copy of dY (the H100's dt75 probe, a world of one: 25,179,136 for (4, 512, 1024) float32)
+    status, lines, _report, err = run_script(tmp_script(DTENSOR_RMS_NORM), extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    local, rstd = 4 * 256 * 1024 * 4, 4 * 256 * 4  # rank 0's Shard(1)
+    held = local + rstd
+    # dX, dY's copy, dgamma, then the sum's output and its gradient (512 bytes each)
+    assert lines[-1] == f"ran FusedRmsNormBackward0 {held} {held + 2 * local + 4096 + 1024}"
+
+
 DTENSOR_OPS = """
 import os, sys
 import torch, torch.distributed as dist, torch.nn.functional as F

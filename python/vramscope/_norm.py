@@ -707,7 +707,10 @@ for _name in (
 # the input made contiguous, Y and the fp32 rstd ((*batch, 1, ...)); autograd saves input, weight and
 # rstd (derivatives.yaml), and `_fused_rms_norm_backward` allocates dX and dgamma. On meta tensors
 # rms_norm decomposes into pow/mean/rsqrt/mul, so the rule sits at the torch-function level; a
-# DTensor's `_fused_rms_norm` takes AutogradCUDA's kernel (`_capture._autograd_meta`).
+# DTensor's `_fused_rms_norm` takes AutogradCUDA's kernel (`_capture._autograd_meta`), and its
+# FusedRmsNormBackward0 calls `_fused_rms_norm_backward` as an op on the local tensors
+# (`_fused_rms_norm_backward`). A jagged nested tensor dispatches at AutogradNestedTensor, whose
+# kernel is the composite on the GPU as on meta (torch 2.11's dispatch table; the dt75 probe).
 
 
 def _rms_results(cap, x, op, *shapes_dtypes):
@@ -746,39 +749,67 @@ class _FusedRMSNorm(torch.autograd.Function):
         x, weight, _rstd = ctx.saved_tensors
         if gy is None:
             return None, None, None, None, None, None
-        op = "aten::_fused_rms_norm_backward"
-        cap = ctx.cap
-        # as layer norm's backward: X expected contiguous, dX, dgamma, then `dY.contiguous()` at the
-        # kernel's call (the H200's order in fixtures/run/sweeps/op_rules_h200.jsonl)
-        x_copy = _copy_unless_contiguous(cap, x, op)
         want_w = weight is not None and ctx.needs_input_grad[2]
-        n = math.prod(ctx.normalized_shape)
-        m = x.numel() // n if n else 0
-        rows = _gamma_beta_blocks(cap, m, n) if want_w and m and n else 0
-        if rows:
-            # the layer norm backward's kernel with the rms flag: over many rows of few columns the
-            # gamma kernel writes per-block partial sums and `*dgamma = dgamma_blocks.sum(0)`
-            # replaces the dgamma allocated first, as `_native_layer_norm_backward` (blind200/gr03's
-            # H200 per-op truth: the q/k RMSNorm(64) of (16, 1024, 16, 64) bfloat16, 8 allocations)
-            (gx,) = _rms_results(cap, x, op, (x.shape, x.dtype) if ctx.needs_input_grad[1] else (None, None))
-            elem = weight.element_size()
-            first = cap.malloc(weight.numel() * elem, op, "temporary")
-            gy_copy = _copy_unless_contiguous(cap, gy, op)
-            blocks = cap.malloc(rows * n * elem, op, "temporary")
-            (gw,) = _rms_results(cap, x, "aten::sum", (weight.shape, weight.dtype))
-            reduce_scratch(cap, [rows, n], None, [True, False], elem, _acc_bytes(weight.dtype), "aten::sum")
-            del first, blocks, gy_copy, x_copy
-            return None, gx, gw, None, None, None
-        gx, gw = _rms_results(
-            cap,
-            x,
-            op,
-            (x.shape, x.dtype) if ctx.needs_input_grad[1] else (None, None),
-            (weight.shape, weight.dtype) if want_w else (None, None),
+        gx, gw = _rms_norm_backward_kernel(
+            ctx.cap, gy, x, weight, ctx.normalized_shape, ctx.needs_input_grad[1], want_w
         )
-        gy_copy = _copy_unless_contiguous(cap, gy, op)
-        del gy_copy, x_copy
         return None, gx, gw, None, None, None
+
+
+def _rms_norm_backward_kernel(cap, gy, x, weight, normalized_shape, want_x, want_w):
+    """`_fused_rms_norm_backward`'s CUDA kernel: (dX, dgamma), each None where not wanted. As layer
+    norm's backward: X expected contiguous, dX, dgamma, then `dY.contiguous()` at the kernel's call
+    (the H200's order in fixtures/run/sweeps/op_rules_h200.jsonl), a copy when dY is strided or
+    expanded (a `sum()`'s gradient: the H100's dt75 probe, DTensor rms_norm float32)."""
+    op = "aten::_fused_rms_norm_backward"
+    x_copy = _copy_unless_contiguous(cap, x, op)
+    n = math.prod(normalized_shape)
+    m = x.numel() // n if n else 0
+    rows = _gamma_beta_blocks(cap, m, n) if want_w and m and n else 0
+    if rows:
+        # the layer norm backward's kernel with the rms flag: over many rows of few columns the
+        # gamma kernel writes per-block partial sums and `*dgamma = dgamma_blocks.sum(0)`
+        # replaces the dgamma allocated first, as `_native_layer_norm_backward` (blind200/gr03's
+        # H200 per-op truth: the q/k RMSNorm(64) of (16, 1024, 16, 64) bfloat16, 8 allocations)
+        (gx,) = _rms_results(cap, x, op, (x.shape, x.dtype) if want_x else (None, None))
+        elem = weight.element_size()
+        first = cap.malloc(weight.numel() * elem, op, "temporary")
+        gy_copy = _copy_unless_contiguous(cap, gy, op)
+        blocks = cap.malloc(rows * n * elem, op, "temporary")
+        (gw,) = _rms_results(cap, x, "aten::sum", (weight.shape, weight.dtype))
+        reduce_scratch(cap, [rows, n], None, [True, False], elem, _acc_bytes(weight.dtype), "aten::sum")
+        del first, blocks, gy_copy, x_copy
+        return gx, gw
+    gx, gw = _rms_results(
+        cap,
+        x,
+        op,
+        (x.shape, x.dtype) if want_x else (None, None),
+        (weight.shape, weight.dtype) if want_w else (None, None),
+    )
+    # the kernel runs only where M > 0 and N > 0
+    gy_copy = _copy_unless_contiguous(cap, gy, op) if m and n else None
+    del gy_copy, x_copy
+    return gx, gw
+
+
+def _fused_rms_norm_backward(cap, func, args, kwargs):
+    """`aten._fused_rms_norm_backward` called as an op on simulated tensors: FusedRmsNormBackward0's
+    call on a DTensor, which DTensor runs on the local tensors (`fused_rms_norm_bwd_strategy`,
+    _math_ops.py), and a GPU program graph's node. The meta kernel (the decomposition) gives the
+    outputs but not the CUDA kernel's copy of a strided dY."""
+    names = ("grad_out", "input", "normalized_shape", "rstd", "weight", "output_mask")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    gy, x, weight = a.get("grad_out"), a.get("input"), a.get("weight")
+    if set(a) != set(names) or not (registered(gy) and registered(x)):
+        return NotImplemented
+    if weight is not None and not registered(weight):
+        return NotImplemented
+    cap.ops += 1
+    mask = a["output_mask"]
+    return _rms_norm_backward_kernel(
+        cap, gy, x, weight, list(a["normalized_shape"]), mask[0], mask[1] and weight is not None
+    )
 
 
 def _fused_rms_norm_args(args, kwargs):
@@ -1094,6 +1125,7 @@ def _register_rms_norm():
     FUNCTIONS[torch.nn.functional.rms_norm] = _rms_norm
     FUNCTIONS[torch.ops.aten.rms_norm.default] = _rms_norm_op
     FUNCTIONS[torch.ops.aten._fused_rms_norm.default] = _fused_rms_norm_op
+    DISPATCH[aten._fused_rms_norm_backward.default] = _fused_rms_norm_backward
 
 
 _register_rms_norm()
