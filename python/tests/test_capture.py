@@ -4355,14 +4355,22 @@ def test_roll_over_two_dims_rolls_through_an_intermediate():
         assert counts == (1, 14_450_688)
 
 
-def _segments_from_the_anchor(script, snap):
-    """Run `script`, which dumps a snapshot to `snap`; its segments as (MiB from the anchor B, MiB),
-    B being the first 2 MiB segment's address + 2 MiB (docs/driver-placement.md)."""
+def _segments_from(script, snap, base_of):
+    """Run `script`, which dumps a snapshot to `snap`; its segments as (MiB from `base_of(segments)`,
+    MiB), sorted."""
     status, _, _, err = run_script(script)
     assert status == 0, err
     segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+    base = base_of(segs)
     return sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+
+
+def _segments_from_the_anchor(script, snap):
+    """`_segments_from` with the anchor B: the first 2 MiB segment's address + 2 MiB
+    (docs/driver-placement.md)."""
+    return _segments_from(
+        script, snap, lambda segs: min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+    )
 
 
 def test_the_first_kernel_gives_the_context_range_back(tmp_script, tmp_path):
@@ -4584,11 +4592,11 @@ big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    where = _segments_from(
+        script,
+        snap,
+        lambda segs: min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20),
+    )
     # without the module the 320 MiB chunk would lie at the range's aligned top, B+416
     assert where == [(-928, 500), (72, 20), (384, 300)]
 
@@ -4723,11 +4731,11 @@ b = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    where = _segments_from(
+        script,
+        snap,
+        lambda segs: min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20),
+    )
     assert where == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
 
 
@@ -7782,11 +7790,11 @@ keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 100 << 20) + (544 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    where = _segments_from(
+        script,
+        snap,
+        lambda segs: min(s["address"] for s in segs if s["total_size"] == 100 << 20) + (544 << 20),
+    )
     # (laid out nowhere, the third 20 MiB segment went below every chunk, at B-576, not B+384)
     assert where == [(-544, 100), (-444, 20), (72, 20), (384, 20)]
 
@@ -7807,11 +7815,7 @@ keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = max(s["address"] for s in segs) - (72 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    where = _segments_from(script, snap, lambda segs: max(s["address"] for s in segs) - (72 << 20))
     assert where == [(-512, 20), (-480, 20), (-448, 20), (72, 20)]
 
 
