@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,19 @@ def test_a_plan_of_a_committed_set_names_every_script_once():
         f"blind286/{f.name}" for f in (ROOT / "validation" / "run" / "blind286").glob("*.py")
     )
     assert "lanes' largest peaks add to" in p.stderr
+
+
+def test_each_lane_records_with_its_own_cold_inductor_cache(tmp_path):
+    """record_lanes.sh hands record.sh a fresh INDUCTOR_CACHE_ROOT per lane (record.sh makes it each
+    script's TORCHINDUCTOR_CACHE_DIR), so no process loads another's autotuned Triton configs."""
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "record_lanes.sh").write_text((ROOT / "validation" / "run" / "record_lanes.sh").read_text())
+    # a stand-in record.sh: notes the cache root its lane was given
+    (work / "record.sh").write_text('mkdir -p "$1"; echo "${INDUCTOR_CACHE_ROOT:-}" > "$1/root.txt"\n')
+    plan = tmp_path / "plan.txt"
+    plan.write_text("lane0 a.py\nlane1 b.py\n")
+    subprocess.run(["bash", str(work / "record_lanes.sh"), str(tmp_path / "out"), str(plan)], check=True)
+    roots = [(tmp_path / "out" / lane / "root.txt").read_text().strip() for lane in ("lane0", "lane1")]
+    assert all(roots) and roots[0] != roots[1]
+    assert not any(os.path.exists(r) for r in roots)  # removed after the run

@@ -12,13 +12,19 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 plan="$(cd "$(dirname "$plan")" && pwd)/$(basename "$plan")"
 cd "$here"
+# Each script compiles with its own cold Inductor cache (record.sh's INDUCTOR_CACHE_ROOT), as
+# blind_gpu.sh runs it and the twin takes it: without it every process shares the default
+# /tmp/torchinductor_$USER, and a script run before on the machine loads its kernels' autotuned
+# configs (`.best_config`) and skips the timing and its memory (blind346/mk04's graph-tree warm-up)
+caches="${INDUCTOR_CACHE_ROOT:-$(mktemp -d)}"
 while read -r lane scripts; do
     [ -n "$lane" ] && [ "${lane#\#}" = "$lane" ] || continue
     (
         start=$(date +%s)
         # shellcheck disable=SC2086  # the plan's paths hold no spaces
-        timeout "${DEADLINE:-540}" bash record.sh "$out/$lane" $scripts > "$out/$lane.log" 2>&1
+        INDUCTOR_CACHE_ROOT="$caches/$lane" timeout "${DEADLINE:-540}" bash record.sh "$out/$lane" $scripts > "$out/$lane.log" 2>&1
         echo "$lane $(( $(date +%s) - start )) s" >> "$out/lanes.txt"
     ) &
 done < "$plan"
 wait
+[ -n "${INDUCTOR_CACHE_ROOT:-}" ] || rm -rf "$caches"
