@@ -149,6 +149,66 @@ def test_ddp_compress_hooks_read_the_allreduce_future_value(tmp_script):
     ]
 
 
+def test_async_collective_tensors_stay_on_the_group_s_shelf_until_its_next_collective(tmp_script):
+    # blind339/mb01: ProcessGroupNCCL stashes an asynchronous collective's tensors on its work and
+    # releases them at `work.wait()` or at the group's next collective (`workEnqueue`'s
+    # `shelvesToUnstash_`), never when the program drops them: bf16_compress_hook's bf16 copy of a
+    # bucket outlives the hook (the GPU held 252,917,760 bytes of them after the DDP model was
+    # deleted, the twin none)
+    script = tmp_script(
+        "import os, torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29533')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "sub = dist.new_group([0])\n"
+        "m = DDP(nn.Linear(1024, 1024).cuda(), device_ids=[0])\n"
+        "last = []\n"
+        "def hook(state, bucket):\n"
+        "    last[:] = [bucket.buffer().numel()]\n"
+        "    return default_hooks.bf16_compress_hook(state, bucket)\n"
+        "m.register_comm_hook(None, hook)\n"
+        "m(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "small = torch.ones(4, device='cuda')\n"
+        "a = torch.cuda.memory_allocated()\n"
+        "dist.all_reduce(small, group=sub)\n"
+        "b = torch.cuda.memory_allocated()\n"
+        "dist.all_reduce(small)\n"
+        "c = torch.cuda.memory_allocated()\n"
+        "print('HOOK', last[0] * 2, a - b, b - c)\n"
+        "t = torch.ones(1 << 20, device='cuda')\n"
+        "w = dist.all_reduce(t, async_op=True)\n"
+        "a = torch.cuda.memory_allocated()\n"
+        "del t, w\n"
+        "b = torch.cuda.memory_allocated()\n"
+        "dist.all_reduce(small)\n"
+        "print('DROP', a - b, b - torch.cuda.memory_allocated())\n"
+        "t = torch.ones(1 << 20, device='cuda')\n"
+        "w = dist.all_reduce(t, async_op=True)\n"
+        "a = torch.cuda.memory_allocated()\n"
+        "w.wait()\n"
+        "del t, w\n"
+        "print('WAIT', a - torch.cuda.memory_allocated())\n"
+        "t = torch.ones(1 << 20, device='cuda')\n"
+        "a = torch.cuda.memory_allocated()\n"
+        "dist.all_reduce(t)\n"
+        "del t\n"
+        "print('SYNC', a - torch.cuda.memory_allocated())\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, _report, err = run_script(script, extra=("--gpu", "h100"))
+    assert status == 0, err[-3000:]
+    # the last bucket's bf16 copy (4,198,400 bytes, a multiple of 512) goes at the default group's
+    # next collective, not at another group's
+    # (a waited work's tensor lives on with the work, its `outputs_`, as on the GPU)
+    assert [line for line in lines if line[:4] in ("HOOK", "DROP", "WAIT", "SYNC")] == [
+        "HOOK 2099200 0 2099200",
+        "DROP 0 4194304",
+        "WAIT 4194304",
+        "SYNC 4194304",
+    ]
+
+
 def test_ddp_runs_under_a_dispatch_mode_above_the_twin(tmp_script):
     # validation/run/ops_truth.py's recorder over blind148's DDP scripts: the mode calls each op
     # from Python with its dispatch-level arguments, where C++'s `t.to(param.device())` in DDP's

@@ -272,12 +272,23 @@ def _completed_work():
     from torch._C._distributed_c10d import Work
 
     class CompletedWork(Work):
-        def __init__(self, work, values=None, held=None):
+        def __init__(self, work, values=None, held=None, shelf=None):
             super().__init__()
             self._work, self._values, self._held = work, values, held
+            # (group id, entry): this work's tensors on its group's shelf (`_stash`)
+            self._shelf = shelf
 
         def wait(self, timeout=None):
+            # `WorkNCCL::wait` -> `synchronizeStream`: the stashed tensors go (`unstash`)
+            if self._shelf is not None:
+                _unstash_entry(*self._shelf)
+                self._shelf = None
             return self._work.wait() if timeout is None else self._work.wait(timeout)
+
+        def synchronize(self):
+            if self._shelf is not None:
+                _unstash_entry(*self._shelf)
+                self._shelf = None
 
         def is_completed(self):
             return True
@@ -312,15 +323,108 @@ def patch_works() -> None:
         def collective(self, tensors, *args, **kwargs):
             work = original(self, tensors, *args, **kwargs)
             values = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+            shelf = None
             if any(isinstance(v, torch.Tensor) and v.is_cuda for v in values):
                 _nccl_stream()
-            return _completed_work()(work, values=values)
+                opts = kwargs.get("opts", args[0] if args else None)
+                # the options' `asyncOp` (distributed_c10d.py sets it from `async_op`; the C++
+                # structs' default is true, as for `pg.allreduce(tensors)`)
+                if getattr(opts, "asyncOp", True):
+                    shelf = _stash(self, [v for v in values if isinstance(v, torch.Tensor) and v.is_cuda])
+            return _completed_work()(work, values=values, shelf=shelf)
 
         return collective
 
     ProcessGroup.allreduce = valued(ProcessGroup.allreduce)
     ProcessGroup.broadcast = valued(ProcessGroup.broadcast)
     ProcessGroup._vramscope_works = True
+    from ._kernels.registry import NAMED_DISPATCH
+
+    for name in _COLLECTIVES:
+        NAMED_DISPATCH.setdefault(name, _enqueue)
+    import torch.distributed as dist
+
+    destroy = dist.destroy_process_group
+
+    def destroy_process_group(group=None):
+        # the group's shelves go with the ProcessGroupNCCL that owns them
+        if group is None:
+            _SHELVES.clear()
+        else:
+            _SHELVES.pop(id(group), None)
+        return destroy(group)
+
+    dist.destroy_process_group = destroy_process_group
+
+
+#: ProcessGroupNCCL's shelves (`TensorShelf`): per process group (by id, the group kept with them),
+#: the tensors of the asynchronous collectives made from Python whose works were not waited on
+_SHELVES: dict = {}
+
+#: c10d's collectives (the dispatcher ops every `ProcessGroup` method goes through, from Python or
+#: from C++: the reducer's bucket broadcast, DDP's `_broadcast_coalesced`); each is an enqueue of
+#: its group's work (ProcessGroupNCCL.cpp: `collective`, `collectiveCoalesced`, `pointToPoint`
+#: end in `workEnqueue`)
+_COLLECTIVES = (
+    "c10d::_allgather_base_",
+    "c10d::_reduce_scatter_base_",
+    "c10d::allgather_",
+    "c10d::allgather_coalesced_",
+    "c10d::allgather_into_tensor_coalesced_",
+    "c10d::allreduce_",
+    "c10d::allreduce_coalesced_",
+    "c10d::alltoall_",
+    "c10d::alltoall_base_",
+    "c10d::barrier",
+    "c10d::broadcast_",
+    "c10d::gather_",
+    "c10d::recv_",
+    "c10d::recv_any_source_",
+    "c10d::reduce_",
+    "c10d::reduce_scatter_",
+    "c10d::reduce_scatter_tensor_coalesced_",
+    "c10d::scatter_",
+    "c10d::send",
+)
+
+
+def _stash(group, tensors):
+    """An asynchronous collective's tensors on its group's shelf: ProcessGroupNCCL::collective
+    stashes an `asyncOp` collective's inputs and outputs on its work
+    (`stashed_for_allocator_safety_->stash`, TORCH_NCCL_AVOID_RECORD_STREAMS being the default in
+    PyTorch 2.11) and they are released only by `work.wait()` (`synchronizeStream` -> `unstash`) or,
+    once the watchdog thread has found the work completed and moved its shelf to the group's
+    `shelvesToUnstash_`, by the main thread's next `workEnqueue` on that group. A comm hook's
+    `fut.then(...)` waits on the future, not the work (default_hooks.py's `_compress_hook`), so a
+    `bf16_compress_hook`'s bf16 copy of each bucket outlives the hook. The twin takes the
+    watchdog as having seen every earlier work done by then (it polls every 100 ms: a later free on
+    the GPU is timing, not modelled), so a stashed tensor lives until the group's next collective
+    (`_enqueue`) or its work's `wait()`: the earliest the GPU can free it. Returns the work's
+    handle on the shelf."""
+    if not tensors:
+        return None
+    entry = list(tensors)
+    _SHELVES.setdefault(id(group), (group, []))[1].append(entry)
+    return (id(group), entry)
+
+
+def _unstash_entry(key, entry) -> None:
+    held = _SHELVES.get(key)
+    if held is not None:
+        held[1][:] = [e for e in held[1] if e is not entry]
+
+
+def _enqueue(cap, func, args, kwargs):
+    """A collective on a group releases the tensors earlier collectives left on that group's shelf
+    (`ProcessGroupNCCL::workEnqueue`: "We clean up the TensorShelf's in case user hasn't called
+    `work.wait()`", `shelvesToUnstash_`), then runs as the twin runs it."""
+    if _SHELVES:
+        from torch.distributed.distributed_c10d import ProcessGroup
+
+        for a in args:
+            if isinstance(a, torch.ScriptObject) and a._type().qualified_name().endswith("c10d.ProcessGroup"):
+                _SHELVES.pop(id(ProcessGroup.unbox(a)), None)
+    return NotImplemented
 
 
 def patch_backend(backend, device_id) -> None:
