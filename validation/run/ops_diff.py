@@ -22,6 +22,11 @@ Differences that come from the GPU's mode, not the twin (blind99/cu01's H200 tru
 - a `linear` the GPU's mode intercepts under `inference_mode` runs `weight.t()` below
   ADInplaceOrView, so the view does not require grad and `matmul` does not fold a 3-D strided input
   (no copy); the program's own run folds it (`_kernels/matmul.py` `_linear`: blind54/bb04's H200 history).
+- under `inference_mode` and autocast the GPU's mode sees `upsample_bilinear2d.vec` (`F.interpolate`) with
+  its bf16 input and runs it in bf16: its `CompositeImplicitAutograd` body runs inside the mode with autocast
+  excluded. The program's own run reaches the base overload's fp32 autocast kernel (fp32 output, and a `cat`
+  with it fp32), as the twin does (`_autocast.py` `parts_of`): blind338/ma01's bf16 TTA peaked at 1.299 GB
+  under the GPU's mode, 1,482,321,920 bytes in its record, 1,483,501,568 in the twin (session 78).
 """
 
 import collections
