@@ -58,3 +58,13 @@ def test_each_lane_records_with_its_own_cold_inductor_cache(tmp_path):
     roots = [(tmp_path / "out" / lane / "root.txt").read_text().strip() for lane in ("lane0", "lane1")]
     assert all(roots) and roots[0] != roots[1]
     assert not any(os.path.exists(r) for r in roots)  # removed after the run
+
+
+def test_every_validation_script_name_fits_its_record_file():
+    # record.sh writes OUTDIR/NAME.jsonl, NAME.out, NAME.err: a file name is at most 255 bytes (NAME_MAX
+    # on Linux), so a stem over 249 bytes makes the script fail on the GPU before its first phase
+    # (blind348/mm02, session 78)
+    scripts = list((ROOT / "validation" / "run").glob("**/*.py"))
+    assert len(scripts) > 1000
+    too_long = [str(p) for p in scripts if len((p.stem + ".jsonl").encode()) > 255]
+    assert too_long == []
