@@ -1545,7 +1545,8 @@ def test_float_labels_copied_from_the_host_keep_their_padding():
 def test_a_routers_choice_over_stand_in_zeros_spreads_over_its_experts():
     # blind65/bm04: Switch Transformers routes by `max(probs, dim=-1)` over 8 experts; over stand-in
     # zeros every token tied at expert 0 (seven experts without gradients or Adam states): row r
-    # now takes r mod 8, topk's row r takes r, r + 1, ...; a vocabulary-wide argmax stays at 0
+    # now takes r mod 8, topk's row r takes r, r + 1, ...; a vocabulary-wide argmax takes its
+    # golden-section point in every row (`test_a_choice_over_a_vocabulary_of_stand_ins_...`)
     with vramscope.capture(gpu="h200"):
         probs = (torch.empty(4096, 64, device="cuda") @ torch.empty(64, 8, device="cuda")).softmax(-1)
         _, expert = torch.max(probs, dim=-1, keepdim=True)
@@ -1553,7 +1554,7 @@ def test_a_routers_choice_over_stand_in_zeros_spreads_over_its_experts():
         assert torch.topk(probs, 2, dim=-1).indices[:3].tolist() == [[0, 1], [1, 2], [2, 3]]
         assert probs.argmax(-1)[:3].tolist() == [0, 1, 2]
         logits = torch.empty(4, 64, device="cuda") @ torch.empty(64, 32000, device="cuda")
-        assert logits.argmax(-1).tolist() == [0, 0, 0, 0]
+        assert logits.argmax(-1).tolist() == [19777] * 4
 
 
 def test_a_large_routers_choice_over_stand_ins_spreads_too():
@@ -1569,7 +1570,7 @@ def test_a_large_routers_choice_over_stand_ins_spreads_too():
         assert top[:2].tolist() == [[0, 1], [1, 2]]
         assert torch.bincount(top.flatten()).tolist() == [4096] * 8
         logits = torch.empty(64, 64, device="cuda") @ torch.empty(64, 32000, device="cuda")
-        assert logits.argmax(-1)[:4].tolist() == [0, 0, 0, 0]
+        assert logits.argmax(-1)[:4].tolist() == [19777] * 4
 
 
 def test_a_one_hot_of_spread_choices_carries_them_past_the_value_limit():
@@ -1619,6 +1620,33 @@ def test_scores_over_near_equal_logits_count_against_a_threshold():
         labels = torch.arange(91, device="cuda").view(1, -1).expand(1000, 91)[:, 1:].reshape(-1)
         assert torch.unique(labels[kept]).shape == (90,)
         assert torch.where(logits.reshape(-1) > 0)[0].shape == (91000,)
+
+
+def test_a_choice_over_a_vocabulary_of_stand_ins_lands_on_an_ordinary_token():
+    # blind346/mk05: BART's beam search over stand-in logits tied at token 0 (`<s>`) at every step,
+    # and the program's `o[(o != pad) & (o != bos) & (o != eos)]` kept none of a summary's tokens
+    # where the H100 kept 63 of 65, so the second pass summarized 2 tokens instead of 443 (728 MB
+    # of cross-attention cache under its peak). A choice along a vocabulary of ties lands at its
+    # golden-section point; along beams x vocabulary inside one beam's vocabulary, away from ids 0-3
+    vocab = 50265
+    with vramscope.capture(gpu="h100"):
+        logits = torch.empty(64, 64, device="cuda") @ torch.empty(64, vocab, device="cuda")
+        token = logits.argmax(-1)
+        assert token.tolist() == [int(vocab * 0.6180339887)] * 64
+        values, token = logits.max(-1)
+        assert token[0].item() == 31065 and values.shape == (64,)
+        scores = logits.float().log_softmax(-1).view(16, 4 * vocab)
+        top = torch.topk(scores, 8, dim=1)
+        assert top.indices.shape == (16, 8) and top.values.shape == (16, 8)
+        assert (top.indices[0] // vocab).tolist() == [2] * 8
+        assert (top.indices[0] % vocab).tolist() == list(range(23731, 23739))
+        kept = token[(token != 1) & (token != 0) & (token != 2)]
+        assert kept.shape == (64,)
+        # carried values of stand-ins (under the value limit) choose the same way
+        small = (torch.empty(1, 64, device="cuda") @ torch.empty(64, 32000, device="cuda")).log_softmax(-1)
+        assert vramscope._tensor.value(small) is not None and vramscope._tensor.assumed(small)
+        assert small.argmax(-1).tolist() == [19777]
+        assert torch.topk(small, 2).indices.tolist() == [[19777, 19778]]
 
 
 def test_a_choice_over_known_differences_is_not_spread():

@@ -2540,6 +2540,42 @@ def _held_elements(v) -> int:
 _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
 #: the widest dimension a choice is spread over (a router's experts; a vocabulary is wider)
 SPREAD_LIMIT = 256
+#: where a choice along a wider dimension (a vocabulary) lands among tied stand-ins, as a fraction
+#: of the dimension (`_wide_choices`): the golden section, whose multiples' fractional parts stay
+#: farthest from 0 and 1 (three-distance theorem)
+_WIDE_POINT = (math.sqrt(5) - 1) / 2
+
+
+def _wide_choices(n: int, k: int) -> torch.Tensor:
+    """The `k` choices along a dimension of `n` > `SPREAD_LIMIT` elements that all tie (values the
+    twin does not carry): from `n`'s golden-section point on, modulo `n`, the same in every row.
+    A random-initialised model's logits differ on the GPU, and greedy or beam search picks an
+    ordinary token, where a tie at the first element picks token 0, a special token of most
+    vocabularies (BART's `<s>`, T5's and OPT's pad, Llama's `<unk>`; GPT-2's end token is the last):
+    a program dropping them (`o[(o != pad) & (o != bos) & (o != eos)]`) kept none of the H100's
+    63 tokens per summary (blind346/mk05). Beam search chooses along beams x vocabulary
+    (transformers' `_get_top_k_continuations`: `topk_indices % vocab_size`); an irrational fraction
+    of it lands inside one vocabulary, away from its ends, for any number of beams."""
+    return (int(n * _WIDE_POINT) + torch.arange(k)) % n
+
+
+def _wide_choice_values(func, x, dim: int, outs) -> list:
+    """`argmax`, `max(dim)` or `topk` along a dimension wider than `SPREAD_LIMIT` of a tensor that
+    carries no values: over its stand-in zeros every element ties, so the choices are
+    `_wide_choices`' and the values chosen zeros. Built without reading the input (logits of a
+    whole sequence run to hundreds of millions of elements)."""
+    index = outs[-1]
+    keep = index.dim() == x.dim()
+    k = index.shape[dim] if keep else 1
+    picks = _wide_choices(x.shape[dim], k)
+    if keep:
+        picks = picks.reshape([k if d == dim else 1 for d in range(x.dim())])
+    else:
+        picks = picks.reshape(())
+    chosen = picks.to(index.dtype).expand(index.shape).contiguous()
+    if func is aten.argmax.default:
+        return [chosen]
+    return [torch.zeros(outs[0].shape, dtype=outs[0].dtype), chosen]
 
 
 #: comparisons whose count of true elements a permutation's ranks decide (`_count_ranks`)
@@ -2620,7 +2656,9 @@ def _large_choice_values(cap, func, args, kwargs, outs):
     spread needs no input values, so its size is bounded only by the index results', as a host
     index tensor's (`_kernels.HOST_INDEX_LIMIT`): blind202/gt01's Switch router over 16,384 tokens
     of evaluation (131,072 scores) sent every token to expert 0, where the same router's 8,192
-    training tokens spread evenly, and gt05's 4,096 x 32 fine-grained router likewise."""
+    training tokens spread evenly, and gt05's 4,096 x 32 fine-grained router likewise. Along a
+    dimension wider than `SPREAD_LIMIT` (a vocabulary) the choices are built directly
+    (`_wide_choice_values`)."""
     try:
         choice = func._vramscope_choice
     except AttributeError:
@@ -2634,10 +2672,12 @@ def _large_choice_values(cap, func, args, kwargs, outs):
         dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
     else:
         dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    if dim is None or not 2 <= x.shape[dim % x.dim()] <= SPREAD_LIMIT:
+    if dim is None or x.shape[dim % x.dim()] < 2:
         return None
     if any(not isinstance(o, torch.Tensor) or o.numel() > _kernels.HOST_INDEX_LIMIT for o in outs):
         return None
+    if x.shape[dim % x.dim()] > SPREAD_LIMIT:
+        return _wide_choice_values(func, x, dim % x.dim(), outs)
     return cap.cpu_values(func, args, kwargs)
 
 
@@ -2646,8 +2686,9 @@ def _spread_choices(func, args, kwargs, vals):
     the twin does not carry (stand-in zeros, where every choice ties at the first): each row takes
     its own, row r the choices r, r + 1, ... modulo their number, so an MoE router's tokens spread
     evenly over its experts, as a random-initialised router's roughly do (blind65/bm04: Switch
-    Transformers sent every token to expert 0 and seven experts got no gradients). The values
-    returned are the input's at those places. Other choices stay as computed."""
+    Transformers sent every token to expert 0 and seven experts got no gradients). Along a wider
+    dimension (a vocabulary) every row takes `_wide_choices`. The values returned are the input's
+    at those places. Other choices stay as computed."""
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if func is aten.topk.default:
@@ -2659,15 +2700,23 @@ def _spread_choices(func, args, kwargs, vals):
         return vals
     dim %= x.dim()
     n = x.shape[dim]
-    if not 2 <= n <= SPREAD_LIMIT or not isinstance(k, int) or k > n:
+    if n < 2 or not isinstance(k, int) or k > n:
+        return vals
+    if n > SPREAD_LIMIT and value(x) is None and x.numel() > VALUE_LIMIT:
+        # chosen without reading the input (`_wide_choice_values`)
         return vals
     index = vals[-1] if func is not aten.argmax.default else vals[0]
     keep = func is aten.topk.default or index.dim() == x.dim()
     shape = list(x.shape)
     shape[dim] = k
-    rows = math.prod(shape) // k
-    row = torch.arange(rows).reshape([s for d, s in enumerate(shape) if d != dim]).unsqueeze(dim)
-    spread = (row + torch.arange(k).reshape([k if d == dim else 1 for d in range(x.dim())])) % n
+    along = [k if d == dim else 1 for d in range(x.dim())]
+    if n > SPREAD_LIMIT:
+        # a vocabulary: every row at its golden-section point (`_wide_choices`)
+        spread = _wide_choices(n, k).reshape(along).expand(shape)
+    else:
+        rows = math.prod(shape) // k
+        row = torch.arange(rows).reshape([s for d, s in enumerate(shape) if d != dim]).unsqueeze(dim)
+        spread = (row + torch.arange(k).reshape(along)) % n
     spread = spread.to(index.dtype)
     # only rows whose choices all tie are spread: a row with known differences (beam search's
     # finished candidates masked to -1e9, blind16/p08) keeps the choice computed over them
