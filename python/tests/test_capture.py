@@ -4892,6 +4892,27 @@ def test_a_tied_meta_parameter_becomes_one_cuda_copy_per_module():
         assert torch.cuda.memory_allocated() == 2 * (16 << 20)
 
 
+def test_a_tied_meta_parameter_swapped_by_apply_stays_one_and_converts_per_module():
+    # under `swap_module_params_on_conversion` (or for a wrapper subclass's result: FSDP2's DTensor)
+    # `_apply` swaps `Parameter(fn(param))` into the shared Parameter (nn/modules/module.py
+    # `p_should_use_swap_tensors`): the tie stays, and each module's visit makes its own
+    # `empty_like`, the previous one freed at the swap (blind348/mm01's H100 phase-0 peak)
+    with torch.device("meta"):
+        emb = torch.nn.Embedding(4096, 1024)
+        head = torch.nn.Linear(1024, 4096, bias=False)
+        head.weight = emb.weight
+        model = torch.nn.Sequential(emb, head)
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        with vramscope.capture(gpu="h100"):
+            model.to_empty(device="cuda")
+            assert head.weight is emb.weight and emb.weight.is_cuda
+            assert torch.cuda.memory_allocated() == 16 << 20
+            assert torch.cuda.max_memory_allocated() == 2 * (16 << 20)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
+
+
 def test_a_buffer_two_modules_share_is_copied_once_per_module():
     # `_apply` moves parameters in place but buffers by `self._buffers[key] = fn(buf)`
     # (nn/modules/module.py): each module converts the shared CPU buffer itself, so the GPU holds

@@ -100,6 +100,40 @@ def test_fully_shard_frees_the_full_parameter_copies_first_to_last(tmp_script):
     assert freed == "FREED [524288, 2048, 2097152, 4096]"
 
 
+def test_to_empty_converts_a_tied_dtensor_parameter_once_per_module_keeping_the_tie(tmp_script):
+    # nn.Module._apply swaps a wrapper subclass's result into the Parameter (`swap_tensors`), so a
+    # Parameter two modules share stays one and each module's visit makes a new `empty_like`, the
+    # previous one freed at the swap (blind348/mm01's H100 record: its tied FSDP2 embedding and
+    # lm_head, phase-0 peak 206,045,184 bytes above allocated, one float32 50,304 x 1,024 weight)
+    script = tmp_script(
+        "import torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "torch.cuda.set_device(0)\n"
+        "dist.init_process_group('nccl')\n"
+        "mesh = init_device_mesh('cuda', (1,))\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.wte = nn.Embedding(1024, 1024)\n"
+        "        self.mid = nn.Linear(1024, 1024)\n"
+        "        self.head = nn.Linear(1024, 1024, bias=False)\n"
+        "        self.head.weight = self.wte.weight\n"
+        "with torch.device('meta'):\n"
+        "    m = M()\n"
+        "fully_shard(m.mid, mesh=mesh)\n"
+        "fully_shard(m, mesh=mesh)\n"
+        "m.to_empty(device='cuda')\n"
+        "c = torch.cuda\n"
+        "print('TIED', m.head.weight is m.wte.weight, c.memory_allocated(), c.max_memory_allocated())\n"
+    )
+    status, lines, _report, err = run_script(script, extra=("--gpu", "h100"))
+    assert status == 0, err[-3000:]
+    # the 4 MiB weight and the 4 MiB + 4 KiB Linear stay; the weight's second `empty_like` (lm_head's
+    # turn) lives beside its first until the swap
+    assert next(line for line in lines if line.startswith("TIED")) == "TIED True 8392704 12587008"
+
+
 def test_a_single_process_nccl_group_runs_on_the_fake_group():
     # blind67/bo04: DDP over `init_process_group("nccl", world_size=1)` without torchrun or `--nproc`;
     # every phase as the H200 ran it (fixtures/run/run_blind67_h200.jsonl)

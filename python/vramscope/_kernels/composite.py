@@ -414,6 +414,16 @@ def module_apply(original):
         wraps each module's `Parameter(fn(param))` and a tie is broken (`to_empty(device="cuda")`)."""
         return t.device.type == "meta" and registered(applied)
 
+    def swapped(applied) -> bool:
+        """Whether `_apply` swaps `applied` into the Parameter (nn/modules/module.py,
+        `p_should_use_swap_tensors`: the future flag or a traceable wrapper subclass's result, as a
+        DTensor's), keeping the same Parameter object in every module that holds it."""
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+        return torch.__future__.get_swap_module_params_on_conversion() or is_traceable_wrapper_subclass(
+            applied
+        )
+
     def compatible(t, applied):
         if from_meta(t, applied):
             return False
@@ -443,6 +453,13 @@ def module_apply(original):
                 # held by nothing here: its old storage dies when the module lets it go, as on the GPU
                 return fn(t)
             hit = fn(t)
+            if swapped(hit):
+                # nn.Module._apply swaps a wrapper subclass's result into the shared Parameter
+                # (`torch.utils.swap_tensors(param, Parameter(param_applied))`), so the tie stays and
+                # every module that holds it converts it again, the previous conversion freed at the
+                # swap: blind348/mm01's tied FSDP2 (DTensor) embedding and lm_head, `to_empty` holds
+                # a second 206,045,184-byte `empty_like` beside the first (its H100 phase-0 peak)
+                return hit
             if from_meta(t, hit):
                 # one copy per module that holds it, and the tie stays broken (blind260/ja03)
                 untied.add(id(t))
