@@ -26,14 +26,21 @@ script = next((here / "blind303").glob("kr04_*.py"))
 out = pathlib.Path(os.environ.get("OUT", "/tmp"))
 out.mkdir(parents=True, exist_ok=True)
 prefix = str(out / "kr04")
-env = dict(os.environ, OUT=prefix, MAX_OPS=os.environ.get("MAX_OPS", "40000"))
-r = subprocess.run(
+env = dict(os.environ, OUT=prefix, MAX_OPS=os.environ.get("MAX_OPS", "20000"))
+# SIGTERM at the time limit: va_run_maps.py still writes what it recorded
+p = subprocess.Popen(
     [sys.executable, str(here.parent / "va_run_maps.py"), str(script)],
     env=env,
-    timeout=int(os.environ.get("SEC", "85")),
-    capture_output=True,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
     text=True,
 )
+try:
+    stdout, stderr = p.communicate(timeout=int(os.environ.get("SEC", "80")))
+except subprocess.TimeoutExpired:
+    p.terminate()
+    stdout, stderr = p.communicate()
+r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
 print("kr04 rc", r.returncode)
 print(r.stdout[-2000:])
 print(r.stderr[-2000:], file=sys.stderr)
