@@ -4875,17 +4875,22 @@ def test_a_module_cast_under_inference_mode_keeps_its_parameters_whoever_holds_t
         del loss
 
 
+def _tied_meta_embedding_and_head():
+    """A 4,096 x 1,024 embedding and a Linear head sharing its weight, on the meta device."""
+    with torch.device("meta"):
+        emb = torch.nn.Embedding(4096, 1024)
+        head = torch.nn.Linear(1024, 4096, bias=False)
+        head.weight = emb.weight
+        return emb, head, torch.nn.Sequential(emb, head)
+
+
 def test_a_tied_meta_parameter_becomes_one_cuda_copy_per_module():
     # `_apply` moves a parameter in place only when `_has_compatible_shallow_copy_type` holds, and
     # a meta tensor's key set is not a dense backend's (TensorImpl::has_compatible_shallow_copy_type):
     # from the meta device each module wraps its own `Parameter(fn(param))`, so `to_empty` breaks
     # the tie and allocates the shared weight once per module (blind260/ja03's H200 history: the
     # tied 50,304 x 1,536 embedding and lm_head, two 309,067,776-byte `empty_like`s in `to_empty`)
-    with torch.device("meta"):
-        emb = torch.nn.Embedding(4096, 1024)
-        head = torch.nn.Linear(1024, 4096, bias=False)
-        head.weight = emb.weight
-        model = torch.nn.Sequential(emb, head)
+    emb, head, model = _tied_meta_embedding_and_head()
     with vramscope.capture(gpu="h200"):
         model.to_empty(device="cuda")
         assert head.weight is not emb.weight and emb.weight.is_cuda and head.weight.is_cuda
@@ -4897,11 +4902,7 @@ def test_a_tied_meta_parameter_swapped_by_apply_stays_one_and_converts_per_modul
     # `_apply` swaps `Parameter(fn(param))` into the shared Parameter (nn/modules/module.py
     # `p_should_use_swap_tensors`): the tie stays, and each module's visit makes its own
     # `empty_like`, the previous one freed at the swap (blind348/mm01's H100 phase-0 peak)
-    with torch.device("meta"):
-        emb = torch.nn.Embedding(4096, 1024)
-        head = torch.nn.Linear(1024, 4096, bias=False)
-        head.weight = emb.weight
-        model = torch.nn.Sequential(emb, head)
+    emb, head, model = _tied_meta_embedding_and_head()
     torch.__future__.set_swap_module_params_on_conversion(True)
     try:
         with vramscope.capture(gpu="h100"):
