@@ -76,17 +76,22 @@ def test_fused_adamw_under_fsdp_runs_and_agrees_with_estimate(tmp_path):
         assert all(twin[e["phase"]][k] == e[k] for k in KEYS), e["phase"]
 
 
+#: the opening lines of an FSDP2 script run under the fake process group
+_FSDP2_HEADER = (
+    "import torch, torch.nn as nn, torch.distributed as dist\n"
+    "from torch.distributed.device_mesh import init_device_mesh\n"
+    "from torch.distributed.fsdp import fully_shard\n"
+    "torch.cuda.set_device(0)\n"
+    "dist.init_process_group('nccl')\n"
+)
+
+
 def test_fully_shard_frees_the_full_parameter_copies_first_to_last(tmp_script):
     # the moved Parameters are the module's own (as `param.data = param.to(device)` keeps them on a
     # GPU), so `contract`'s OrderedDict of them is their last holder and frees them in order, as every
     # rank of every FSDP2 trace in fixtures/multi/traces_*.tar.xz does (a list would free them last first)
     script = tmp_script(
-        "import torch, torch.nn as nn, torch.distributed as dist\n"
-        "from torch.distributed.device_mesh import init_device_mesh\n"
-        "from torch.distributed.fsdp import fully_shard\n"
-        "torch.cuda.set_device(0)\n"
-        "dist.init_process_group('nccl')\n"
-        "mesh = init_device_mesh('cuda', (2,))\n"
+        _FSDP2_HEADER + "mesh = init_device_mesh('cuda', (2,))\n"
         "m = nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 1024))\n"
         "torch.cuda.memory._record_memory_history(max_entries=100000)\n"
         "fully_shard(m, mesh=mesh)\n"
@@ -106,12 +111,7 @@ def test_to_empty_converts_a_tied_dtensor_parameter_once_per_module_keeping_the_
     # previous one freed at the swap (blind348/mm01's H100 record: its tied FSDP2 embedding and
     # lm_head, phase-0 peak 206,045,184 bytes above allocated, one float32 50,304 x 1,024 weight)
     script = tmp_script(
-        "import torch, torch.nn as nn, torch.distributed as dist\n"
-        "from torch.distributed.device_mesh import init_device_mesh\n"
-        "from torch.distributed.fsdp import fully_shard\n"
-        "torch.cuda.set_device(0)\n"
-        "dist.init_process_group('nccl')\n"
-        "mesh = init_device_mesh('cuda', (1,))\n"
+        _FSDP2_HEADER + "mesh = init_device_mesh('cuda', (1,))\n"
         "class M(nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"
