@@ -11,7 +11,7 @@ sampled with classifier-free guidance (scale 3: the conditioning doubled with a 
 conditioned on text and chroma, and the codes decoded to waveforms by EnCodec inside `generate()`.
 
 Phases: 0 model (fp32) and optimizer; 1 two fine-tuning steps on 4 clips of 10 s (500 frames);
-2 bf16 cast, CFG sampling of 4 x 8 s (400 new frames) with melody; 3 2 prompts x 5 s, text only.
+2 bf16 cast, CFG sampling of 4 x 6 s (300 new frames) with melody; 3 2 prompts x 4 s, text only.
 Seeded; generation has no end token, so every length is fixed."""
 
 import os
@@ -73,7 +73,7 @@ else:
         ffn_dim=4096,
         num_codebooks=4,
     )
-    PROMPT, TRAIN_B, TRAIN_S, GEN1, GEN2, CHROMA = 20, 4, 10.0, 400, 250, 235
+    PROMPT, TRAIN_B, TRAIN_S, GEN1, GEN2, CHROMA = 20, 4, 10.0, 300, 200, 235
 config = MusicgenMelodyConfig(
     text_encoder=text.to_dict(),
     audio_encoder=audio.to_dict(),

@@ -1,6 +1,6 @@
 """Self-supervised pre-training then probabilistic forecasting with Hugging Face's PatchTSMixer built from a
-PatchTSMixerConfig, on traffic-sized data (862 sensors, context 512, patches of 16 every 8: 63 patches; 64
-wide, 8 mixer layers with expansion 2, `mode="mix_channel"` so every layer also mixes across the 862
+PatchTSMixerConfig, on electricity-sized data (321 clients, context 512, patches of 16 every 8: 63 patches; 64
+wide, 8 mixer layers with expansion 2, `mode="mix_channel"` so every layer also mixes across the 321
 channels, gated attention and a 4-head self-attention branch over patches; std scaling; random init).
 
 PatchTSMixerForPretraining with random patch masking (40% of the patches, the same across channels) trains
@@ -10,8 +10,8 @@ fine-tuned in fp32 with TF32 matmuls and Adam (a foreach step), and last `genera
 paths per series (the distribution's `sample()` 100 times and a `torch.stack`), reduced to the median and
 a 10-90% band on the GPU.
 
-Phases: 0 the pre-training model and optimizer; 1 three masked pre-training steps (batch 32); 2 backbone
-transferred, three forecasting steps (batch 32); 3 generate at batch 16, 100 samples. Seeded; no sizes
+Phases: 0 the pre-training model and optimizer; 1 three masked pre-training steps (batch 8); 2 backbone
+transferred, three forecasting steps (batch 8); 3 generate at batch 16, 100 samples. Seeded; no sizes
 depend on values."""
 
 import os
@@ -26,7 +26,7 @@ cuda = device == "cuda"
 if SMALL:
     C, CTX, D, L, B, BG, HOR = 12, 64, 16, 2, 4, 2, 16
 else:
-    C, CTX, D, L, B, BG, HOR = 862, 512, 64, 8, 32, 16, 96
+    C, CTX, D, L, B, BG, HOR = 321, 512, 64, 8, 8, 16, 96
 torch.backends.cuda.matmul.allow_tf32 = False
 
 common = dict(
