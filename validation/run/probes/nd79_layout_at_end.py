@@ -1,0 +1,99 @@
+"""blind336/ly03 (session 79): where a PLAIN run's segments lie, to compare with the history run.
+
+ly03's plain records (run_blind336_h100 and session 79's two repeats) agree with each other and differ
+from session 75's history.py run (history_ly03_s75_h100) in phase 2 by one 48 MiB segment; the twin has
+the history run's reserved. A plain run has no history, so its segment addresses were never seen. This
+wrapper runs SCRIPT in-process as `__main__` (runpy, as record.py and history.py do: same sys.argv and
+sys.path[0]) and touches nothing until the script has returned; then it writes to $OUT_JSON:
+  - the phase figures at every torch.cuda.reset_peak_memory_stats (allocated, peaks, reserved; read from
+    memory_stats only, as record.py reads them),
+  - every segment of the caching allocator at the end (`torch.cuda.memory._snapshot()["segments"]`:
+    address, total_size, stream; available without history; ly03 never frees a segment, so all of
+    them), and
+  - /proc/self/maps at the end (every host and driver mapping with its range).
+With HIST=1 it first switches the history on right after `import torch`, exactly as history.py does
+(context "all", stacks "all", max_entries 2,000,000), so the two runs differ only in that.
+
+    OUT_JSON=plain.json python validation/run/probes/nd79_layout_at_end.py validation/run/blind336/ly03_*.py
+    HIST=1 OUT_JSON=hist.json python validation/run/probes/nd79_layout_at_end.py validation/run/blind336/ly03_*.py
+
+Each about 15 s on an H100. Run each alone (no other GPU process at the same time).
+"""
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import runpy
+import sys
+
+_state = {"torch": None, "phases": []}
+
+
+def _stats(torch):
+    s = torch.cuda.memory_stats()
+    return {
+        "allocated": s.get("allocated_bytes.all.current", 0),
+        "peak_allocated": s.get("allocated_bytes.all.peak", 0),
+        "reserved": s.get("reserved_bytes.all.current", 0),
+        "peak_reserved": s.get("reserved_bytes.all.peak", 0),
+    }
+
+
+def _patch(torch):
+    _state["torch"] = torch
+    if os.environ.get("HIST") == "1" and torch.cuda.is_available():
+        torch.cuda.memory._record_memory_history(context="all", max_entries=2000000, stacks="all")
+    orig = torch.cuda.memory.reset_peak_memory_stats
+
+    def reset_peak_memory_stats(device=None):
+        _state["phases"].append(_stats(torch))
+        return orig(device)
+
+    torch.cuda.memory.reset_peak_memory_stats = reset_peak_memory_stats
+    torch.cuda.reset_peak_memory_stats = reset_peak_memory_stats
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def main():
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    if "torch" in sys.modules:  # already imported (under the twin): patched now, as record.py does
+        _patch(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterTorch())
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        torch = _state["torch"]
+        phases = _state["phases"] + [_stats(torch)]
+        segs = [
+            {"address": s["address"], "total_size": s["total_size"], "stream": s["stream"]}
+            for s in torch.cuda.memory._snapshot()["segments"]
+        ]
+        with open("/proc/self/maps") as f:
+            maps = f.read().splitlines()
+        out = {"hist": os.environ.get("HIST") == "1", "phases": phases, "segments": segs, "maps": maps}
+        with open(os.environ.get("OUT_JSON", "layout.json"), "w") as f:
+            json.dump(out, f)
+        print("phases", [(p["peak_allocated"], p["reserved"]) for p in phases], file=sys.__stderr__)
+
+
+if __name__ == "__main__":
+    main()
