@@ -14,8 +14,9 @@ sys.path[0]) and touches nothing until the script has returned; then it writes t
 With HIST=1 it first switches the history on right after `import torch`, exactly as history.py does
 (context "all", stacks "all", max_entries 2,000,000), so the two runs differ only in that.
 
-    OUT_JSON=plain.json python validation/run/probes/nd79_layout_at_end.py validation/run/blind336/ly03_*.py
-    HIST=1 OUT_JSON=hist.json python validation/run/probes/nd79_layout_at_end.py validation/run/blind336/ly03_*.py
+    P=validation/run/probes/nd79_layout_at_end.py; S=validation/run/blind336/ly03_*.py
+    OUT_JSON=plain.json python $P $S
+    HIST=1 OUT_JSON=hist.json python $P $S
 
 Each about 15 s on an H100. Run each alone (no other GPU process at the same time).
 """

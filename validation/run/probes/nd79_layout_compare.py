@@ -3,7 +3,7 @@
 (address, size) at the end. Prints both, highest first, as MiB below each run's highest segment end,
 with a mark where the size or the place differs; then each run's phase figures where a .json has them.
 
-    python validation/run/probes/nd79_layout_compare.py plain.json fixtures/run/history_ly03_s75_h100.pickle.xz
+    python validation/run/probes/nd79_layout_compare.py plain.json hist.json
 """
 
 import json
