@@ -16,8 +16,11 @@ memory history, printing only memory_allocated() (no CUDA call of its own) after
   sleep1    -- synchronize + 300 ms after iteration 1 (the last all-reduce of the old bucket): the
                watchdog has surely scanned that work before the rebuild's broadcasts, so the shelf
                hypothesis says the bucket goes at the rebuild (iteration 2 as in the twin).
+  sleep4    -- synchronize + 300 ms after iteration 4, before the evaluation: the shelf hypothesis says
+               the evaluation's first collective (DDP's buffer broadcast in its pre-forward, mm03's last
+               collective before `destroy_process_group`) frees the bucket if it is still held.
   gcoff     -- plain with gc.disable() for the loop: a cycle would then surely survive to the end.
-Each variant runs twice. Twin's figures: nd79_mm03_shelf_or_cycle_probe_twin_h100.out (~20 s on an H100).
+Each variant runs twice; "base" is what the run found allocated, the figures are above it. Twin's figures: nd79_mm03_shelf_or_cycle_probe_twin_h100.out (~20 s on an H100).
 
     python validation/run/probes/nd79_mm03_shelf_or_cycle_probe.py
 """
@@ -76,7 +79,7 @@ def run(variant, rep):
         zero.zero_grad(set_to_none=True)
         loss.item()
         line.append(f"it{it} {torch.cuda.memory_allocated() - base} @{time.perf_counter() - t0:.3f}")
-        if variant == "sleep1" and it == 1:
+        if (variant, it) in (("sleep1", 1), ("sleep4", 4)):
             torch.cuda.synchronize()
             time.sleep(0.3)
     sddp.eval()
@@ -100,7 +103,7 @@ def run(variant, rep):
 
 
 for rep in range(2):
-    for variant in ("plain", "sleep1", "gcoff"):
+    for variant in ("plain", "sleep1", "sleep4", "gcoff"):
         run(variant, rep)
 print("END allocated", torch.cuda.memory_allocated())
 dist.destroy_process_group()
