@@ -10,7 +10,8 @@ sys.path[0]) and touches nothing until the script has returned; then it writes t
   - every segment of the caching allocator at the end (`torch.cuda.memory._snapshot()["segments"]`:
     address, total_size, stream; available without history; ly03 never frees a segment, so all of
     them), and
-  - /proc/self/maps at the end (every host and driver mapping with its range).
+  - /proc/self/maps when Python first initializes CUDA (`torch.cuda._lazy_init`, before it runs: where
+    the host-built model's tensors lie, rule 11) and at the end (every host and driver mapping).
 With HIST=1 it first switches the history on right after `import torch`, exactly as history.py does
 (context "all", stacks "all", max_entries 2,000,000), so the two runs differ only in that.
 
@@ -28,7 +29,12 @@ import os
 import runpy
 import sys
 
-_state = {"torch": None, "phases": []}
+_state = {"torch": None, "phases": [], "maps_before_init": None}
+
+
+def _read_maps():
+    with open("/proc/self/maps") as f:
+        return f.read().splitlines()
 
 
 def _stats(torch):
@@ -53,6 +59,16 @@ def _patch(torch):
 
     torch.cuda.memory.reset_peak_memory_stats = reset_peak_memory_stats
     torch.cuda.reset_peak_memory_stats = reset_peak_memory_stats
+    lazy_init = torch.cuda._lazy_init
+
+    def _lazy_init():
+        # the process's mappings when CUDA is first initialized from Python (the host-built model's
+        # tensors are mapped by then; read into the heap: glibc's threshold is above its size)
+        if _state["maps_before_init"] is None and not torch.cuda.is_initialized():
+            _state["maps_before_init"] = _read_maps()
+        return lazy_init()
+
+    torch.cuda._lazy_init = _lazy_init
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):
@@ -88,9 +104,13 @@ def main():
             {"address": s["address"], "total_size": s["total_size"], "stream": s["stream"]}
             for s in torch.cuda.memory._snapshot()["segments"]
         ]
-        with open("/proc/self/maps") as f:
-            maps = f.read().splitlines()
-        out = {"hist": os.environ.get("HIST") == "1", "phases": phases, "segments": segs, "maps": maps}
+        out = {
+            "hist": os.environ.get("HIST") == "1",
+            "phases": phases,
+            "segments": segs,
+            "maps_before_init": _state["maps_before_init"],
+            "maps": _read_maps(),
+        }
         with open(os.environ.get("OUT_JSON", "layout.json"), "w") as f:
             json.dump(out, f)
         print("phases", [(p["peak_allocated"], p["reserved"]) for p in phases], file=sys.__stderr__)

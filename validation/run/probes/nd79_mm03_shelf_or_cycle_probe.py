@@ -20,7 +20,8 @@ memory history, printing only memory_allocated() (no CUDA call of its own) after
                the evaluation's first collective (DDP's buffer broadcast in its pre-forward, mm03's last
                collective before `destroy_process_group`) frees the bucket if it is still held.
   gcoff     -- plain with gc.disable() for the loop: a cycle would then surely survive to the end.
-Each variant runs twice; "base" is what the run found allocated, the figures are above it. Twin's figures: nd79_mm03_shelf_or_cycle_probe_twin_h100.out (~20 s on an H100).
+Each variant runs twice; "base" is what the run found allocated, the figures are above it. Twin's
+figures: nd79_mm03_shelf_or_cycle_probe_twin_h100.out (~25 s on an H100).
 
     python validation/run/probes/nd79_mm03_shelf_or_cycle_probe.py
 """
