@@ -10,6 +10,8 @@ sys.path[0]) and touches nothing until the script has returned; then it writes t
   - every segment of the caching allocator at the end (`torch.cuda.memory._snapshot()["segments"]`:
     address, total_size, stream; available without history; ly03 never frees a segment, so all of
     them), and
+  - the host-built model's storages (1 MiB or more) at that moment: address, bytes, and whether glibc
+    mapped each on its own (its chunk header; read, nothing allocated),
   - /proc/self/maps when Python first initializes CUDA (`torch.cuda._lazy_init`, before it runs: where
     the host-built model's tensors lie, rule 11) and at the end (every host and driver mapping).
 With HIST=1 it first switches the history on right after `import torch`, exactly as history.py does
@@ -30,6 +32,43 @@ import runpy
 import sys
 
 _state = {"torch": None, "phases": [], "maps_before_init": None}
+
+
+def _glibc_chunk(ptr, nbytes):
+    """(mmapped, mapping length) of the glibc chunk holding a CPU storage, read from its header
+    (malloc/malloc.c: prev_size, then size with IS_MMAPPED = 2; `_int_memalign` keeps the leading
+    offset in prev_size), as vramscope's `_glibc_mapping` reads it; nothing is allocated."""
+    import ctypes
+
+    if ptr % 4096 < 16:
+        return (False, None)
+    size = ctypes.c_size_t.from_address(ptr - 8).value
+    prev = ctypes.c_size_t.from_address(ptr - 16).value
+    return (bool(size & 2), (size & ~7) + prev if size & 2 else None)
+
+
+def _host_model_storages():
+    """The script's host-built model (`__main__`'s module-level nn.Modules, runpy's module is in
+    sys.modules while it runs) at Python's first CUDA init: each storage of 1 MiB or more, with its
+    address and whether glibc mapped it on its own (rule 11 lays out only those)."""
+    import torch
+
+    main = sys.modules.get("__main__")
+    out, seen = [], set()
+    for name, obj in list(vars(main).items()) if main is not None else []:
+        if not isinstance(obj, torch.nn.Module):
+            continue
+        for t in list(obj.parameters()) + list(obj.buffers()):
+            if t.device.type != "cpu":
+                continue
+            st = t.untyped_storage()
+            ptr, n = st.data_ptr(), st.nbytes()
+            if ptr in seen or n < 1 << 20:
+                continue
+            seen.add(ptr)
+            mm, length = _glibc_chunk(ptr, n)
+            out.append([name, ptr, n, mm, length])
+    return out
 
 
 def _read_maps():
@@ -66,6 +105,7 @@ def _patch(torch):
         # tensors are mapped by then; read into the heap: glibc's threshold is above its size)
         if _state["maps_before_init"] is None and not torch.cuda.is_initialized():
             _state["maps_before_init"] = _read_maps()
+            _state["host_storages"] = _host_model_storages()
         return lazy_init()
 
     torch.cuda._lazy_init = _lazy_init
@@ -109,11 +149,15 @@ def main():
             "phases": phases,
             "segments": segs,
             "maps_before_init": _state["maps_before_init"],
+            "host_storages": _state.get("host_storages"),
             "maps": _read_maps(),
         }
         with open(os.environ.get("OUT_JSON", "layout.json"), "w") as f:
             json.dump(out, f)
         print("phases", [(p["peak_allocated"], p["reserved"]) for p in phases], file=sys.__stderr__)
+        hs = _state.get("host_storages") or []
+        sizes = sorted({(n, mm) for _, _, n, mm, _ in hs})
+        print("host storages at CUDA init (bytes, glibc-mapped):", sizes, file=sys.__stderr__)
 
 
 if __name__ == "__main__":
