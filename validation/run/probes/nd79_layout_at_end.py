@@ -106,6 +106,10 @@ def _patch(torch):
         if _state["maps_before_init"] is None and not torch.cuda.is_initialized():
             _state["maps_before_init"] = _read_maps()
             _state["host_storages"] = _host_model_storages()
+            # how many strings CPython has interned (Python 3.12): its dict's table sizes are what
+            # raised glibc's threshold (docs/driver-placement.md, session 42)
+            interned = getattr(sys, "getunicodeinternedsize", None)
+            _state["interned"] = interned() if interned else None
         return lazy_init()
 
     torch.cuda._lazy_init = _lazy_init
@@ -150,6 +154,7 @@ def main():
             "segments": segs,
             "maps_before_init": _state["maps_before_init"],
             "host_storages": _state.get("host_storages"),
+            "interned_at_init": _state.get("interned"),
             "maps": _read_maps(),
         }
         with open(os.environ.get("OUT_JSON", "layout.json"), "w") as f:
@@ -158,6 +163,7 @@ def main():
         hs = _state.get("host_storages") or []
         sizes = sorted({(n, mm) for _, _, n, mm, _ in hs})
         print("host storages at CUDA init (bytes, glibc-mapped):", sizes, file=sys.__stderr__)
+        print("interned strings at CUDA init:", _state.get("interned"), file=sys.__stderr__)
 
 
 if __name__ == "__main__":
