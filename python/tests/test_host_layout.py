@@ -269,3 +269,47 @@ def test_the_stacks_phase_setting_takes_mib_modulo_64(monkeypatch):
         monkeypatch.setenv("VRAMSCOPE_STACKS_PHASE", bad)
         with pytest.raises(ValueError, match="VRAMSCOPE_STACKS_PHASE"):
             _capture._stacks_phase()
+
+
+def test_the_pool_without_tensors_setting_lays_out_the_pool_with_no_tensor_mapped(tmp_script):
+    # rule 17's pool started before the context (a 524,288-element `trunc_normal_`: 15 workers take
+    # a share), with its only host tensor freed before the context: rule 11 maps nothing, so the
+    # pool is not laid out and the 20 MiB segments lie under the context; with the setting the
+    # gaps between the arenas are released ranges above it, which rule 3 gives the chunks
+    # (blind350/mo05's H100 history: segments 4 to 20 at B+576 to B+968, 128 MiB apart; session 79)
+    script = tmp_script(
+        """
+import torch
+w = torch.empty(16 << 15, dtype=torch.bfloat16)
+torch.nn.init.trunc_normal_(w)
+del w
+s = torch.empty(1000, device="cuda")
+x = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+segs = {s["address"]: s["total_size"] for s in torch.cuda.memory_snapshot()}
+lo = min(a for a, n in segs.items() if n == 2 << 20)
+print("large", sorted((a - lo) >> 20 for a, n in segs.items() if n > 2 << 20))
+"""
+    )
+    seen = {}
+    for on in (None, "0", "1"):
+        status, lines, _, err = run_script(script, env={"VRAMSCOPE_POOL_WITHOUT_TENSORS": on or ""})
+        assert status == 0, err
+        seen[on] = [line for line in lines if line.startswith("large")]
+    assert seen == {
+        None: ["large [-478, -446, 74]"],
+        "0": ["large [-478, -446, 74]"],
+        "1": ["large [74, 1474, 1602]"],
+    }
+
+
+def test_the_pool_without_tensors_setting_takes_0_or_1(monkeypatch):
+    from vramscope import _capture
+
+    monkeypatch.delenv("VRAMSCOPE_POOL_WITHOUT_TENSORS", raising=False)
+    assert _capture._pool_without_tensors() is False
+    monkeypatch.setenv("VRAMSCOPE_POOL_WITHOUT_TENSORS", "1")
+    assert _capture._pool_without_tensors() is True
+    for bad in ("2", "yes"):
+        monkeypatch.setenv("VRAMSCOPE_POOL_WITHOUT_TENSORS", bad)
+        with pytest.raises(ValueError, match="VRAMSCOPE_POOL_WITHOUT_TENSORS"):
+            _capture._pool_without_tensors()

@@ -3053,6 +3053,18 @@ def _arenas_packed() -> int:
     )
 
 
+def _pool_without_tensors() -> bool:
+    """`VRAMSCOPE_POOL_WITHOUT_TENSORS` (0 or 1), a validation setting: lay out rule 17's OpenMP pool
+    made before the context where rule 11 maps no host tensor (every one served by the GPU
+    process's heap). Unset: not laid out (blind270/jk01 and jk02 moved off their exact H100 figures
+    with it). blind350/mo05 (566 host storages of 3 MiB or less, none mapped): with it the twin's
+    blocks are the H100 history's throughout (`VRAMSCOPE_ARENAS_PACKED=5`), and its record's 16
+    figures at a stacks' phase of 2 to 26 MiB; session 79, docs/driver-placement.md."""
+    return bool(
+        _validation_setting("VRAMSCOPE_POOL_WITHOUT_TENSORS", int, lambda on: on in (0, 1), 0, "0 or 1")
+    )
+
+
 def _stacks_phase() -> float:
     """`VRAMSCOPE_STACKS_PHASE` (MiB, 0 to 64), a validation setting: where a GPU process's OpenMP
     stacks made before its context lie modulo 64 MiB (rule 17's draw: address-space randomisation;
@@ -3473,8 +3485,9 @@ class Capture:
         self.host_mappings = []
         above = _host_above()  # (read, and checked, in either case)
         # (measured with host tensors mapped; with none, blind270/jk01 and jk02 moved off their
-        # exact H100 figures under the rule: where that pool lies is not measured)
-        if self.pool_over is not None and mapped and hasattr(device, "host_at"):
+        # exact H100 figures under the rule: where that pool lies is not measured; a validation
+        # setting lays it out anyway: blind350/mo05's H100 history, session 79)
+        if self.pool_over is not None and (mapped or _pool_without_tensors()) and hasattr(device, "host_at"):
             self._map_pool_layout([st for _, _, st in mapped])
             return
         for _, _, st in mapped:
