@@ -3054,12 +3054,8 @@ def _arenas_packed() -> int:
 
 
 def _pool_without_tensors() -> bool:
-    """`VRAMSCOPE_POOL_WITHOUT_TENSORS` (0 or 1), a validation setting: lay out rule 17's OpenMP pool
-    made before the context where rule 11 maps no host tensor (every one served by the GPU
-    process's heap). Unset: not laid out (blind270/jk01 and jk02 moved off their exact H100 figures
-    with it). blind350/mo05 (566 host storages of 3 MiB or less, none mapped): with it the twin's
-    blocks are the H100 history's throughout (`VRAMSCOPE_ARENAS_PACKED=5`), and its record's 16
-    figures at a stacks' phase of 2 to 26 MiB; session 79, docs/driver-placement.md."""
+    """`VRAMSCOPE_POOL_WITHOUT_TENSORS` (0 or 1, default 0), a validation setting: lay out rule 17's
+    OpenMP pool made before the context even where rule 11 maps no host tensor (docs/driver-placement.md)."""
     return bool(
         _validation_setting("VRAMSCOPE_POOL_WITHOUT_TENSORS", int, lambda on: on in (0, 1), 0, "0 or 1")
     )
