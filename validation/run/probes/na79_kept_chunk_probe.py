@@ -23,13 +23,18 @@ thread's start (an elementwise backward), its first matrix product, a second bac
 gradients), a Python thread's first matrix product (a new cuBLAS handle outside autograd), then ops whose
 kernels' modules are not loaded yet, one by one, then a small BERT MLM (fp16 autocast, GradScaler) forward
 and backward with the probe after every aten op (a dispatch mode; on the autograd thread too): the ops
-after which the probe moved are printed.
+after which the probe moved are printed. Last, in a fresh process, the script of
+python/tests/test_capture.py's `test_a_later_cublas_handle_reserves_64_mib_before_its_workspace`: its two
+cuBLAS workspaces' offsets from the anchor (the twin: [-350, -244]; [-350, -242] if the autograd thread's
+handle takes 2 MiB by rule 2).
 
 Run: python3 probes/na79_kept_chunk_probe.py (from validation/run); < 60 s, < 2 GB. Plain python3 (no
 twin lines: the twin lays none of these pieces out but the first kernel's 2 MiB and the first handle's).
 """
 
 import ctypes
+import subprocess
+import sys
 import threading
 
 import torch
@@ -182,3 +187,21 @@ with Probe():
     scaler.step(opt)
     scaler.update()
 event("bert step done")
+
+# python/tests/test_capture.py's test_a_later_cublas_handle_reserves_64_mib_before_its_workspace, on
+# the GPU (a fresh process): the two cuBLAS workspaces' offsets from the anchor. The twin gives
+# [-350, -244] (the later handle's 64 MiB, no 2 MiB); [-350, -242] if that handle also takes 2 MiB
+# by rule 2 (the context's range being the newest chunk with a hole there)
+CASE = """
+import torch
+z = torch.zeros(16, device="cuda")
+x = torch.randn(64, 128, device="cuda", requires_grad=True)
+w = torch.randn(128, 128, device="cuda", requires_grad=True)
+(x @ w).sum().backward()
+torch.cuda.synchronize()
+segs = torch.cuda.memory_snapshot()
+anchor = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+print(sorted((s["address"] - anchor) >> 20 for s in segs if s["total_size"] == 32 << 20))
+"""
+r = subprocess.run([sys.executable, "-c", CASE], capture_output=True, text=True, timeout=60)
+print(f"test_a_later_cublas_handle's script: workspaces at {r.stdout.strip() or r.stderr[-300:]}", flush=True)
