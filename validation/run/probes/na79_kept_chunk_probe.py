@@ -205,3 +205,30 @@ print(sorted((s["address"] - anchor) >> 20 for s in segs if s["total_size"] == 3
 """
 r = subprocess.run([sys.executable, "-c", CASE], capture_output=True, text=True, timeout=60)
 print(f"test_a_later_cublas_handle's script: workspaces at {r.stdout.strip() or r.stderr[-300:]}", flush=True)
+
+# mn05's pattern in miniature (the twin test this probe would back): a 1,000,341,504-byte segment (a 960
+# MiB chunk, 6 MiB free at its top) is the newest chunk at the autograd thread's first matrix product;
+# freed and `empty_cache()`d, then a 32 MiB segment: at offset 0 when the chunk was kept (something took
+# a piece of its hole), elsewhere when released. The twin on main: [960, 1130, 1162] (released); with
+# 2 MiB taken by rule 2 at the thread's cuBLAS handle: [0, 960, 1130]. The 32 MiB segments' offsets
+# from the big one, in MiB (the other two are the cuBLAS workspaces)
+KEPT = """
+import torch
+a = torch.randn(256, 256, device="cuda")
+b = a @ a
+lin = torch.nn.Linear(256, 256, device="cuda")
+inp = torch.randn(64, 256, device="cuda")
+spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
+del spare
+x = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
+lin(inp).sum().backward()
+torch.cuda.synchronize()
+xa = x.data_ptr()
+del x
+torch.cuda.empty_cache()
+y = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print(sorted((s["address"] - xa) >> 20 for s in torch.cuda.memory_snapshot() if s["total_size"] == 32 << 20))
+"""
+r = subprocess.run([sys.executable, "-c", KEPT], capture_output=True, text=True, timeout=60)
+print(f"kept chunk in miniature: 32 MiB segments at {r.stdout.strip() or r.stderr[-300:]}", flush=True)
