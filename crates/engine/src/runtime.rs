@@ -1196,6 +1196,12 @@ impl Runtime {
         }
     }
 
+    /// The driver's pool's top 8 MiB are laid out from its reservation on
+    /// (`driver_va.rs`, rule 14): `vramscope run`'s device.
+    pub fn lay_out_pool_top(&self) {
+        self.st.borrow_mut().alloc.device_mut().lay_out_pool_top();
+    }
+
     /// The process launches its first kernel: the driver takes 2 MiB of its
     /// own (`driver_va.rs`, rule 6). The context's range goes back later,
     /// at [`Runtime::kernels_launched`], where the kernel is not one that
