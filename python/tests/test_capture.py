@@ -4723,6 +4723,31 @@ def test_the_first_kernel_with_a_device_side_assert_maps_the_driver_s_buffer():
     assert next_segment(lambda x: torch.bernoulli(x, 0.5)) == -414
 
 
+def test_the_first_cudnn_handle_of_a_plan_takes_the_driver_s_2_and_2_mib():
+    # the first cuDNN handle, made by a plan (here cuDNN attention's) as by an RNN call (rule 18),
+    # takes 2 MiB of device memory (after other kernels) and a 2 MiB page-locked buffer, placed as
+    # segments (blind303/kr04's H100 maps, op 490: the buffer at +170 over 2 MiB at +168, in an old
+    # chunk's hole): the next 20 MiB segment lies 4 MiB higher in the context's released range; an
+    # fp32 attention (no cuDNN plan) takes nothing
+    import torch.nn.functional as F
+
+    def next_segment(dtype):
+        with vramscope.capture():
+            x = torch.empty(1024, device="cuda")  # a 2 MiB segment at B-2
+            x + 1  # the first kernel: the context's range B-416..B-2 goes back
+            q = torch.empty(1, 8, 256, 64, device="cuda", dtype=dtype)
+            F.scaled_dot_product_attention(q, q, q)
+            F.scaled_dot_product_attention(q, q, q)  # the handle is made once
+            y = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")  # a 20 MiB segment
+            segs = {s["address"]: s["total_size"] for s in torch.cuda.memory_snapshot()}
+            del y
+        small = min(a for a, n in segs.items() if n == 2 << 20)
+        return (next(a for a, n in segs.items() if n == 20 << 20) - small) >> 20
+
+    assert next_segment(torch.bfloat16) == -410
+    assert next_segment(torch.float32) == -414
+
+
 def test_a_c10d_scatter_is_not_a_kernel_with_a_device_side_assert():
     # rule 19: only ATen's kernels; `c10d::scatter_` (DTensor's `distribute_tensor` on a one-rank
     # NCCL group) runs NCCL's, and dt76_mb03_nccl_maps_probe's H100 maps show no 8.25 MiB mapping

@@ -3358,6 +3358,12 @@ class Capture:
         self._park_device()
         self._device_thread_id = threading.get_ident()
         self.device = _native.Device(gpu, conf)
+        if os.environ.get("VRAMSCOPE_POOL_TOP") == "1" and hasattr(self.device, "lay_out_pool_top"):
+            # a trial, not a rule (docs/driver-placement.md, session 79): the driver's pool's top
+            # 8 MiB, its 2 MiB buffer at their low end, as the newest chunk, which 2 MiB segments
+            # fill first (blind303/kr04's H100 maps put its first 2 MiB segment after the release
+            # there; lr02 and lp01 answer worse with it, kr04's figures do not move)
+            self.device.lay_out_pool_top()
 
     def _park_device(self) -> None:
         """Keep this capture's native device for its own thread when another one drops it."""

@@ -149,6 +149,11 @@ impl SimDevice {
     pub fn first_kernels(&mut self) -> bool {
         self.driver.release_context()
     }
+    /// Lay out the top 8 MiB of the driver's pool from its reservation on
+    /// (`driver_va.rs`, rule 14): a 6 MiB hole that 2 MiB segments take.
+    pub fn lay_out_pool_top(&mut self) {
+        self.driver.lay_out_pool_top();
+    }
     /// The process launches its first kernel: the driver takes 2 MiB of
     /// its own (`driver_va.rs`, rule 6), whether or not the context gives
     /// its range back then ([`SimDevice::first_kernels`]). A no-op on a

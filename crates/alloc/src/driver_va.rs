@@ -102,6 +102,12 @@ const CUBLAS_RESERVATION: u64 = 64 * MIB;
 /// mapping beside its top 8 MiB in the process's maps (`validation/va_pool`,
 /// `docs/driver-placement.md`, session 10).
 const DRIVER_POOL: u64 = 512 * MIB;
+/// The pool's top (rule 14): 8 MiB that act as a chunk of their own beside
+/// the pool's 504 MiB `PROT_NONE` mapping, a 2 MiB page-locked buffer of the
+/// driver's at their low end (session 21's H200 maps: in all 8 processes);
+/// 2 MiB segments go into the other 6 (blind68/bp02, blind303/kr04's H100
+/// maps and history: `mw78_kr04_assert_buffer_probe_h100.out`).
+const POOL_TOP: u64 = 8 * MIB;
 /// The x86-64 page: the loader's `mmap` is this much short of the span plus
 /// the alignment (rule 9).
 const HOST_PAGE: u64 = 4096;
@@ -183,6 +189,8 @@ pub(crate) struct DriverVa {
     /// The process has not launched its first kernel yet (a fresh process);
     /// see [`Self::first_launch`].
     launch_pending: bool,
+    /// The pool's top is laid out ([`Self::lay_out_pool_top`]).
+    pool_top: bool,
 }
 
 impl DriverVa {
@@ -223,6 +231,7 @@ impl DriverVa {
             held: None,
             cublas_pending: false,
             launch_pending: false,
+            pool_top: false,
         }
     }
 
@@ -315,20 +324,38 @@ impl DriverVa {
 
     /// Rule 14: the driver's pool, [`DRIVER_POOL`] of address space placed
     /// as a chunk is (rule 3, else rule 1) and never given back; no segment
-    /// goes into it. Where the highest released range with room is a
+    /// goes into it but into its top where laid out
+    /// ([`Self::lay_out_pool_top`]). Where the highest released range with room is a
     /// host-built model's freed tensors (rule 11), the next chunks go below
     /// the pool (blind64/bl01's H200 history: its first forward's 24 MiB
     /// chunk 512 MiB under that range's top).
     fn reserve_pool(&mut self) {
         if let Some(lo) = self.place_chunk(DRIVER_POOL) {
             let mut segs = self.spare_segs.pop().unwrap_or_default();
-            segs.push((lo, DRIVER_POOL));
+            if self.pool_top {
+                // its top 8 MiB a hole but for the driver's 2 MiB buffer at
+                // their low end: the newest chunk, so rule 2 fills it first
+                let top = lo + DRIVER_POOL - POOL_TOP;
+                segs.push((lo, DRIVER_POOL - POOL_TOP));
+                segs.push((top, PAGE));
+            } else {
+                segs.push((lo, DRIVER_POOL));
+            }
             self.push_chunk(Chunk {
                 lo,
                 hi: lo + DRIVER_POOL,
                 segs,
             });
         }
+    }
+
+    /// Lay out the top 8 MiB of the driver's pool (rule 14) from now on:
+    /// a hole of 6 MiB above the driver's 2 MiB page-locked buffer, in the
+    /// pool's chunk, which is the newest at the release. `vramscope run`'s
+    /// device (blind303/kr04's H100 maps, `docs/driver-placement.md`
+    /// session 79); the estimate leaves it out.
+    pub(crate) fn lay_out_pool_top(&mut self) {
+        self.pool_top = true;
     }
 
     /// Rule 6: the process's first kernel launches; the driver takes 2 MiB
@@ -1251,6 +1278,29 @@ mod tests {
             .map(|size| off(va.malloc(size * MIB).unwrap()))
             .collect();
         assert_eq!(got, vec![512, 536, 480]);
+    }
+
+    /// Rule 14's top, laid out (`vramscope run`): the pool's top 8 MiB are
+    /// the newest chunk, the driver's 2 MiB buffer at their low end; a
+    /// 10 MiB mapping (rule 19's) misses them, the next 2 MiB segments fill
+    /// them (blind303/kr04's H100 maps: the pool at -656..-144 MiB from the
+    /// 8.25 MiB buffer, its 2 MiB segment at -148, the cuBLAS handle's 2 MiB
+    /// between).
+    #[test]
+    fn the_pool_s_top_takes_2_mib_segments_first() {
+        let mut va = DriverVa::new(B);
+        va.lay_out_pool_top();
+        assert_eq!(off(va.malloc(100 * MIB).unwrap()), -544);
+        assert!(va.release_context());
+        // the pool at B-1056..B-544 as in `released_below_one_chunk`; its
+        // top B-552..B-544, 6 MiB free: the 10 MiB go to the 100 MiB
+        // segment's chunk (above the driver's 2 MiB of the first launch)
+        assert_eq!(off(va.malloc(10 * MIB).unwrap()), -442);
+        let got: Vec<i64> = (0..4).map(|_| off(va.malloc(2 * MIB).unwrap())).collect();
+        assert_eq!(got, vec![-550, -548, -546, -432]);
+        let mut plain = released_below_one_chunk();
+        assert_eq!(off(plain.malloc(10 * MIB).unwrap()), -442);
+        assert_eq!(off(plain.malloc(2 * MIB).unwrap()), -432);
     }
 
     /// Rule 14 without a released range that holds the pool: it goes below

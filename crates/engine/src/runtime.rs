@@ -385,7 +385,8 @@ const CUDNN_LIBRARY_SPANS: [u64; 6] = [
 const PTXJIT_SPAN: u64 = 39_448_576;
 
 /// What the driver takes, placed as a segment is, at a process's first
-/// cuDNN handle made for an RNN call: device memory of its own, then a
+/// cuDNN handle, made for an RNN call or a plan ([`Runtime::cudnn_plan`]:
+/// blind303/kr04's H100 maps, session 79): device memory of its own, then a
 /// 2 MiB page-locked buffer (a `/dev/zero` `rw-s` mapping): 6 MiB where
 /// that call comes before the process's first kernel, 2 MiB after other
 /// kernels. Measured on the H100: km03's maps of session 68
@@ -1040,18 +1041,28 @@ impl Runtime {
                     st.note_host_map(addr, PTXJIT_SPAN);
                 }
             }
-            let driver = if fresh {
-                CUDNN_RNN_DRIVER_FIRST
-            } else {
-                CUDNN_RNN_DRIVER_LATER
-            };
-            for len in [driver, PINNED_BUFFER] {
-                if let Some(addr) = st.alloc.device_mut().driver_map(len) {
-                    st.note_host(HostEvent::Driver(addr, len));
-                }
-            }
+            drop(st);
+            self.cudnn_handle_driver(fresh);
         }
         self.load_cudnn(&[CudnnLibrary::Ops, CudnnLibrary::Adv]);
+    }
+
+    /// The driver's share of the process's first cuDNN handle, placed as
+    /// segments are: its device memory ([`CUDNN_RNN_DRIVER_FIRST`] where no
+    /// kernel has run, else [`CUDNN_RNN_DRIVER_LATER`]), then a
+    /// [`PINNED_BUFFER`] page-locked buffer; address space only, for good.
+    fn cudnn_handle_driver(&self, fresh: bool) {
+        let mut st = self.st.borrow_mut();
+        let driver = if fresh {
+            CUDNN_RNN_DRIVER_FIRST
+        } else {
+            CUDNN_RNN_DRIVER_LATER
+        };
+        for len in [driver, PINNED_BUFFER] {
+            if let Some(addr) = st.alloc.device_mut().driver_map(len) {
+                st.note_host(HostEvent::Driver(addr, len));
+            }
+        }
     }
 
     /// The process imports `torch._dynamo`, which loads triton's
@@ -1196,6 +1207,12 @@ impl Runtime {
         }
     }
 
+    /// The driver's pool's top 8 MiB are laid out from its reservation on
+    /// (`driver_va.rs`, rule 14): `vramscope run`'s device.
+    pub fn lay_out_pool_top(&self) {
+        self.st.borrow_mut().alloc.device_mut().lay_out_pool_top();
+    }
+
     /// The process launches its first kernel: the driver takes 2 MiB of its
     /// own (`driver_va.rs`, rule 6). The context's range goes back later,
     /// at [`Runtime::kernels_launched`], where the kernel is not one that
@@ -1213,8 +1230,22 @@ impl Runtime {
     /// A cuDNN graph-API plan (a convolution's) is built next: the process
     /// loads cuDNN's graph and engine libraries if it has not (measured at
     /// a first convolution: `fixtures/va_maps/first_conv_h200.json`).
+    ///
+    /// Where the plan makes the process's first cuDNN handle, the driver
+    /// takes what it takes for an RNN's ([`Self::cudnn_handle_driver`])
+    /// after the graph library and before the engines: blind303/kr04's
+    /// H100 maps (`mw78_kr04_assert_buffer_probe_h100.out`, op 490, its
+    /// first cuDNN attention: the 2 MiB `/dev/zero` buffer at +170 over
+    /// 2 MiB of device memory at +168, in an old chunk's hole, which keeps
+    /// that chunk through `empty_cache`, so phase 2's 20 MiB segments go
+    /// there, +112 and +132; session 79).
     pub fn cudnn_plan(&self) {
-        self.st.borrow_mut().cudnn_handle = true;
+        let first_handle = !std::mem::replace(&mut self.st.borrow_mut().cudnn_handle, true);
+        if first_handle {
+            self.load_cudnn(&[CudnnLibrary::Graph]);
+            let fresh = self.st.borrow().alloc.device().kernels_pending();
+            self.cudnn_handle_driver(fresh);
+        }
         self.load_cudnn(&CUDNN_PLAN_LIBRARIES);
     }
 
@@ -2004,15 +2035,21 @@ mod tests {
     /// attention asks; none in a process started after its first kernels.
     #[test]
     fn cudnn_libraries_load_once_in_order_in_a_fresh_process() {
-        let spans = |rt: &Runtime| -> Vec<u64> {
+        // the libraries' spans, and the driver's mappings as their lengths
+        // negated (the first handle's, `cudnn_handle_driver`)
+        let spans = |rt: &Runtime| -> Vec<i64> {
             let log = rt.take_event_log().unwrap();
             log.host
                 .iter()
                 .map(|e| match e.what {
-                    HostEvent::Library(_, span) => span,
+                    HostEvent::Library(_, span) => span as i64,
+                    HostEvent::Driver(_, len) => -(len as i64),
                     _ => 0,
                 })
                 .collect()
+        };
+        let libs = |r: std::ops::Range<usize>| -> Vec<i64> {
+            CUDNN_LIBRARY_SPANS[r].iter().map(|&s| s as i64).collect()
         };
         let rt = Runtime::new(RuntimeConfig {
             fresh_process: true,
@@ -2021,26 +2058,34 @@ mod tests {
         rt.start_event_log();
         rt.sdpa_backend_choice();
         rt.sdpa_backend_choice();
-        assert_eq!(spans(&rt), vec![CUDNN_LIBRARY_SPANS[0]]);
+        assert_eq!(spans(&rt), libs(0..1));
         rt.start_event_log();
         rt.cudnn_plan();
         rt.sdpa_backend_choice();
         rt.cudnn_plan();
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[1..4].to_vec());
+        // the plan makes the first handle: the driver's 6 MiB (no kernel
+        // has run) and 2 MiB page-locked buffer, then the engines
+        let mut want = vec![-(6 << 20), -(2 << 20)];
+        want.extend(libs(1..4));
+        assert_eq!(spans(&rt), want);
         // after a plan's handle, an RNN call loads `ops` and `adv` alone
         // (the probe's `after_conv`)
         rt.start_event_log();
         rt.cudnn_rnn(false);
         rt.cudnn_rnn(false);
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[4..].to_vec());
-        // straight to the engines: all four, the graph first
+        assert_eq!(spans(&rt), libs(4..CUDNN_LIBRARY_SPANS.len()));
+        // straight to the engines: all four, the graph first (the driver's
+        // mappings after it)
         let rt = Runtime::new(RuntimeConfig {
             fresh_process: true,
             ..RuntimeConfig::default()
         });
         rt.start_event_log();
         rt.cudnn_plan();
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[..4].to_vec());
+        let mut want = libs(0..1);
+        want.extend([-(6 << 20), -(2 << 20)]);
+        want.extend(libs(1..4));
+        assert_eq!(spans(&rt), want);
         let rt = Runtime::new(RuntimeConfig::default());
         rt.start_event_log();
         rt.cudnn_plan();

@@ -486,6 +486,12 @@ impl Device {
         self.p.runtime().triton_loaded();
     }
 
+    /// The driver's pool's top 8 MiB are laid out from its reservation on
+    /// (driver address-space rule 14): 2 MiB segments go into their hole.
+    fn lay_out_pool_top(&self) {
+        self.p.runtime().lay_out_pool_top();
+    }
+
     /// A kernel that gives the context's range back has just launched,
     /// after its op's allocations (driver address-space rule 6).
     fn kernels_launched(&self) {
