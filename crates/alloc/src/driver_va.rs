@@ -351,9 +351,8 @@ impl DriverVa {
 
     /// Lay out the top 8 MiB of the driver's pool (rule 14) from now on:
     /// a hole of 6 MiB above the driver's 2 MiB page-locked buffer, in the
-    /// pool's chunk, which is the newest at the release. `vramscope run`'s
-    /// device (blind303/kr04's H100 maps, `docs/driver-placement.md`
-    /// session 79); the estimate leaves it out.
+    /// pool's chunk, which is the newest at the release. A validation trial of
+    /// `vramscope run`'s device (`docs/driver-placement.md`); the estimate leaves it out.
     pub(crate) fn lay_out_pool_top(&mut self) {
         self.pool_top = true;
     }

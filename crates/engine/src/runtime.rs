@@ -385,20 +385,11 @@ const CUDNN_LIBRARY_SPANS: [u64; 6] = [
 const PTXJIT_SPAN: u64 = 39_448_576;
 
 /// What the driver takes, placed as a segment is, at a process's first
-/// cuDNN handle, made for an RNN call or a plan ([`Runtime::cudnn_plan`]:
-/// blind303/kr04's H100 maps, session 79): device memory of its own, then a
-/// 2 MiB page-locked buffer (a `/dev/zero` `rw-s` mapping): 6 MiB where
-/// that call comes before the process's first kernel, 2 MiB after other
-/// kernels. Measured on the H100: km03's maps of session 68
-/// (`/work/notes/hist68/km03_va.maps.json.xz`, op 90: a 32 MiB chunk at
-/// B-448 under the context, the buffer at B-442, the flat weights at B-440)
-/// and km67's probe
-/// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`:
-/// `plain`, the chunk at B-512 under the ptxjit library, the buffer at
-/// B-506, the flat weights at B-504, and blind298/km03's history of session
-/// 67, whose next 2 MiB segments there start at B-488, so B-512..-506 is
-/// taken; `after_mm`, the buffer at B-384 and the flat weights at B-382
-/// over the parameters' 20 MiB at B-406).
+/// cuDNN handle, made for an RNN call or a plan ([`Runtime::cudnn_plan`]):
+/// device memory of its own, then a 2 MiB page-locked buffer (a `/dev/zero`
+/// `rw-s` mapping): 6 MiB where that call comes before the process's first
+/// kernel, 2 MiB after other kernels. Measured on the H100 (rule 18 of
+/// `docs/driver-placement.md`: blind298/km03's maps, km67's probe, blind303/kr04's maps).
 const CUDNN_RNN_DRIVER_FIRST: u64 = 6 * 1024 * 1024;
 /// See [`CUDNN_RNN_DRIVER_FIRST`].
 const CUDNN_RNN_DRIVER_LATER: u64 = 2 * 1024 * 1024;
@@ -1233,12 +1224,8 @@ impl Runtime {
     ///
     /// Where the plan makes the process's first cuDNN handle, the driver
     /// takes what it takes for an RNN's ([`Self::cudnn_handle_driver`])
-    /// after the graph library and before the engines: blind303/kr04's
-    /// H100 maps (`mw78_kr04_assert_buffer_probe_h100.out`, op 490, its
-    /// first cuDNN attention: the 2 MiB `/dev/zero` buffer at +170 over
-    /// 2 MiB of device memory at +168, in an old chunk's hole, which keeps
-    /// that chunk through `empty_cache`, so phase 2's 20 MiB segments go
-    /// there, +112 and +132; session 79).
+    /// after the graph library and before the engines (measured: blind303/kr04's
+    /// H100 maps, `validation/run/probes/mw78_kr04_assert_buffer_probe_h100.out`).
     pub fn cudnn_plan(&self) {
         let first_handle = !std::mem::replace(&mut self.st.borrow_mut().cudnn_handle, true);
         if first_handle {
