@@ -7645,6 +7645,43 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert workspaces == [-350, -244]
 
 
+def test_the_autograd_thread_s_first_cudnn_attention_backward_keeps_the_newest_chunk(tmp_script, tmp_path):
+    # blind349/mn05's H100 history (session 79): the loss gradient's 1,000,341,504-byte segment (a 960
+    # MiB chunk, 6 MiB of it free) is the newest chunk at the first backward, whose first cuDNN attention
+    # backward (the autograd engine's thread's) makes the driver take a piece of that hole
+    # (`_attention.CUDNN_THREAD_PIECE`); freed and `empty_cache()`d, the chunk is not released (rule 3
+    # needs it empty) and the next segment goes to its low end (rule 2), where a released chunk's range
+    # would take it elsewhere. Without cuDNN the chunk is released: na79_kept_chunk_probe's H100 output
+    # ("kept chunk in miniature": a Linear's backward, 32 MiB segments at [1024, 1194, 1226])
+    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
+    script = tmp_script(
+        f"""
+import torch
+import torch.nn.functional as F
+a = torch.randn(256, 256, device="cuda")
+b = a @ a
+q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
+del spare
+o = F.scaled_dot_product_attention(q, q, q)
+x = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
+o.sum().backward()
+torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
+del x
+torch.cuda.empty_cache()
+y = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
+    x = next(s["address"] for s in before if s["total_size"] == 1000341504)
+    big = {s["address"] for s in before if s["total_size"] == 32 << 20}
+    # y at x's address (the other 32 MiB segment is the main thread's cuBLAS workspace)
+    assert [s["address"] - x for s in after if s["total_size"] == 32 << 20 and s["address"] not in big] == [0]
+
+
 def _above_second_segment(tmp_script, tmp_path, body):
     """MiB from the second 20 MiB segment up to a 24 MiB one made after `body`, which runs after a
     context, a cuBLAS GEMM, a pointwise kernel and two 20 MiB segments (`validation/va_pinned`'s

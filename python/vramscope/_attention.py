@@ -431,6 +431,18 @@ def cudnn_forward(cap, func, args, kwargs):
     return tuple(w)
 
 
+#: what the driver takes for good at the autograd engine's thread's first cuDNN attention backward
+#: (`run_cudnn_SDP_bprop`, after dq, dk and dv), placed as a segment is (rules 2, 1 and 3 of
+#: docs/driver-placement.md, as `pinned_alloc` places more than 2 MiB), so the newest chunk's hole
+#: takes it: blind349/mn05's and blind345/mi02's H100 histories (session 79: the chunk newest at the
+#: first backward keeps a piece of its hole and is not released with its only segment; 7/7 and 5/5
+#: phases exact with it, 1/7 and 2/5 without), and validation/run/probes/na79_kept_chunk_probe's H100
+#: output (the autograd thread's first cuDNN attention backward takes space below a raw 2 MiB
+#: `cudaMalloc`, its first matrix product and cuBLAS handle none). 4 MiB: rule 18's figures for a
+#: later cuDNN handle (2 MiB and a 2 MiB page-locked buffer), as one placement
+CUDNN_THREAD_PIECE = 4 << 20
+
+
 def cudnn_backward(cap, func, args, kwargs):
     """`_cudnn_attention_backward`: dq, dk, dv, then the plan's workspace."""
     cap.ops += 1
@@ -438,6 +450,10 @@ def cudnn_backward(cap, func, args, kwargs):
     out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_cudnn_attention_backward"
     w = _alloc_in_order(cap, out, (0, 1, 2), op)
+    if cap.thread() != "main" and not cap.cudnn_thread_piece:
+        # the autograd thread's first: the driver's piece (address space only, never given back)
+        cap.cudnn_thread_piece = True
+        cap.device.pinned_alloc(CUDNN_THREAD_PIECE)
     d_o = None
     if grad_out.stride(-1) != 1:
         d_o = cap.malloc(grad_out.numel() * grad_out.element_size(), op, "temporary")

@@ -3244,6 +3244,9 @@ class Capture:
         self.blas_made = 0
         #: the cuBLAS handles created so far, as the native device keys them: (thread, handle)
         self.blas_created: set[tuple] = set()
+        #: whether the autograd engine's thread ran its first cuDNN attention backward (its driver
+        #: piece, `_attention.CUDNN_THREAD_PIECE`)
+        self.cudnn_thread_piece = False
         #: TunableOp's results this program tuned, (op signature, params signature) -> kernel, in
         #: the order tuned (`TuningResultsManager::Add`; `torch.cuda.tunable.get_results` lists them)
         self.tunable_results: dict[tuple[str, str], str] = {}
