@@ -431,15 +431,10 @@ def cudnn_forward(cap, func, args, kwargs):
     return tuple(w)
 
 
-#: what the driver takes for good at the autograd engine's thread's first cuDNN attention backward
-#: (`run_cudnn_SDP_bprop`, after dq, dk and dv), placed as a segment is (rules 2, 1 and 3 of
-#: docs/driver-placement.md, as `pinned_alloc` places more than 2 MiB), so the newest chunk's hole
-#: takes it: blind349/mn05's and blind345/mi02's H100 histories (session 79: the chunk newest at the
-#: first backward keeps a piece of its hole and is not released with its only segment; 7/7 and 5/5
-#: phases exact with it, 1/7 and 2/5 without), and validation/run/probes/na79_kept_chunk_probe's H100
-#: output (the autograd thread's first cuDNN attention backward takes space below a raw 2 MiB
-#: `cudaMalloc`, its first matrix product and cuBLAS handle none). 4 MiB: rule 18's figures for a
-#: later cuDNN handle (2 MiB and a 2 MiB page-locked buffer), as one placement
+#: what the driver takes for good at the autograd engine's thread's first cuDNN call, here its first
+#: attention backward (after dq, dk and dv), placed as a segment is (rules 2, 1 and 3): rule 18's
+#: figures for a later cuDNN handle (2 MiB and a 2 MiB page-locked buffer) as one placement. Measured
+#: on the H100: docs/driver-placement.md, "The autograd thread's first cuDNN call"
 CUDNN_THREAD_PIECE = 4 << 20
 
 
