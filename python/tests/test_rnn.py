@@ -389,6 +389,44 @@ def test_blind190_separation_lstm_problems_are_measured():
     assert got[("float32", 512, 256, 1, 1292, False)] == (90448160, None)
 
 
+def test_blind351_musicgen_encodec_bfloat16_lstm_inference_workspaces_are_measured():
+    from vramscope import _rnn
+
+    # blind351/mp03: EnCodec's decoder (a bfloat16 model, no autocast) runs its 2-layer LSTM of 1024
+    # time-major at batch 4 x 297 and 2 x 197 frames; the H100 history (history_mp03_s79_h100)
+    # requests workspaces of 63,750,432 and 55,255,328 bytes, the float16 inference form's to the
+    # byte (the fitted domain leaves bfloat16 out)
+    for batch, seq, ws in ((4, 297, 63750432), (2, 197, 55255328)):
+        key = ("lstm", "bfloat16", 1024, 1024, 0, 2, False, batch, seq, None, False)
+        assert _rnn._problems()[key]["workspace"] == ws
+        f16 = _rnn._fitted(
+            _rnn.MODES["lstm"],
+            torch.float16,
+            1024,
+            1024,
+            0,
+            2,
+            False,
+            0.0,
+            False,
+            batch,
+            seq,
+            batch * seq,
+            False,
+        )
+        assert f16["workspace"] == ws
+    with vramscope.capture(gpu="h100") as cap:
+        lstm = nn.LSTM(1024, 1024, 2).cuda().to(torch.bfloat16).eval()
+        x = torch.empty(197, 2, 1024, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            _, count, req = _counted(lambda: lstm(x))
+        # as in the history: h0 and c0 zeros, output, hy, cy, the weights' copy (the flat buffer is
+        # not the module's), the workspace
+        state, out, weights = 2 * 2 * 1024 * 2, 197 * 2 * 1024 * 2, 33587200
+        assert (count, req) == (7, 2 * state + out + 2 * state + weights + 55255328)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_blind186_encodec_lstm_training_problems_are_measured():
     from vramscope import _rnn
 
