@@ -6,10 +6,10 @@ the image encoder over the image at 384, the FoV encoder likewise; the fusion de
 The fine-tune freezes the three encoders and trains the fusion stage, depth head and FoV head with a
 scale-invariant log loss by hand against random positive depth (and an L1 on the FoV).
 
-Phases: 0 the model in fp32 and AdamW over the unfrozen parameters; 1 three head-only steps at batch 2 on
+Phases: 0 the model in fp32 and AdamW over the unfrozen parameters; 1 three head-only steps at batch 1 on
 1536 x 1536 under bf16 autocast (the frozen encoders keep no graph); 2 the model `.half()`, `inference_mode`,
 three single images at 1536 with DepthProImageProcessor.post_process_depth_estimation to 1536 x 2048 (depth
-scaled by the focal length from the predicted FoV), the depth maps kept on the GPU; 3 one batch of 4 images
+scaled by the focal length from the predicted FoV), the depth maps kept on the GPU; 3 one batch of 2 images
 in fp16. Seeded; no sizes depend on values."""
 
 import os
@@ -30,7 +30,7 @@ else:
     encoder = dict(
         model_type="dinov2", hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, patch_size=16
     )
-    PATCH, B1, B3, TARGET = 384, 2, 4, (1536, 2048)
+    PATCH, B1, B3, TARGET = 384, 1, 2, (1536, 2048)
 SIZE = 4 * PATCH
 
 
