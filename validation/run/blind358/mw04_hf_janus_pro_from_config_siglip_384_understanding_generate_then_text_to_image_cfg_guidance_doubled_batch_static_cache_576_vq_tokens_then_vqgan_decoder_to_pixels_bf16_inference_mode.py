@@ -10,12 +10,14 @@ Phases: 0 model in bf16; 1 image understanding: greedy text `generate()` for 4 p
 <image_placeholder> tokens between <begin_of_image> and <end_of_image> and pixel_values (4, 3, 384, 384),
 min_new_tokens == max_new_tokens == 48; 2 text-to-image: `generate(generation_mode="image")` for 2
 prompts (greedy, classifier-free guidance 5: the batch doubled with an unconditional copy, a static cache
-allocated up front, 576 steps through the generation head); 3 `decode_image_tokens` of those 2 x 576 codes
+allocated up front, 576 steps through the generation head; transformers 5.17's Janus `generate` calls
+`_prepare_static_cache` without its new `prefill_chunk_size` argument, a TypeError, so the script passes
+the StaticCache generate would build, 576 + prompt length long, as `past_key_values`); 3 `decode_image_tokens` of those 2 x 576 codes
 through the VQGAN decoder to 2 x 384 x 384 x 3 pixels, then 4 more prompts generated and decoded in one
 batch. Seeded; no sizes depend on values."""
 
 import torch
-from transformers import JanusConfig, JanusForConditionalGeneration
+from transformers import JanusConfig, JanusForConditionalGeneration, StaticCache
 
 torch.manual_seed(3584)
 
@@ -105,15 +107,22 @@ def image_prompts(n, text=28):
     return ids.cuda()
 
 
-ids = image_prompts(2)
-with torch.inference_mode():
-    codes = model.generate(
+def text_to_image(ids):
+    # the cache Janus's generate would build itself (batch doubled for the unconditional copy)
+    cache = StaticCache(config=model.config, max_cache_len=576 + ids.shape[1])
+    return model.generate(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
         generation_mode="image",
         do_sample=False,
         guidance_scale=5.0,
+        past_key_values=cache,
     )
+
+
+ids = image_prompts(2)
+with torch.inference_mode():
+    codes = text_to_image(ids)
 print("image codes", tuple(codes.shape))
 report("phase2 text-to-image, 2 prompts, cfg 5, 576 codes each")
 
@@ -122,13 +131,7 @@ with torch.inference_mode():
     print("decoded", tuple(images.shape))
     del images, codes
     ids = image_prompts(4, text=40)
-    codes = model.generate(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        generation_mode="image",
-        do_sample=False,
-        guidance_scale=5.0,
-    )
+    codes = text_to_image(ids)
     images = model.decode_image_tokens(codes)
 print("decoded", tuple(images.shape))
 del images, codes
