@@ -12,9 +12,9 @@ min_new_tokens == max_new_tokens == 48; 2 text-to-image: `generate(generation_mo
 prompts (greedy, classifier-free guidance 5: the batch doubled with an unconditional copy, a static cache
 allocated up front, 576 steps through the generation head; transformers 5.17's Janus `generate` calls
 `_prepare_static_cache` without its new `prefill_chunk_size` argument, a TypeError, so the script passes
-the StaticCache generate would build, 576 + prompt length long, as `past_key_values`); 3 `decode_image_tokens` of those 2 x 576 codes
-through the VQGAN decoder to 2 x 384 x 384 x 3 pixels, then 4 more prompts generated and decoded in one
-batch. Seeded; no sizes depend on values."""
+the StaticCache generate would build, 576 + prompt length long, as `past_key_values`);
+3 `decode_image_tokens` of those 2 x 576 codes through the VQGAN decoder to 2 x 384 x 384 x 3 pixels,
+then 4 more prompts generated and decoded in one batch. Seeded; no sizes depend on values."""
 
 import torch
 from transformers import JanusConfig, JanusForConditionalGeneration, StaticCache
