@@ -3,14 +3,14 @@ AIMv2-style vision transformer of 12 layers (d 1,024, 8 heads, RMSNorm, SwiGLU M
 patch 14) whose 32 x 32 patches are merged 2 x 2 (hidden_stride 2) into 256 positions per tile, a visual
 head (linear + LayerNorm) giving each position a softmax over a visual vocabulary of 32,768 "visual words"
 that weights a visual embedding table (the probabilistic tokens multiplied into the table), five visual
-indicator tokens, and a Qwen2 language model of 12 layers (d 1,536, 12 query and 2 KV heads, MLP 4,096,
+indicator tokens, and a Qwen2 language model of 10 layers (d 1,536, 12 query and 2 KV heads, MLP 4,096,
 vocabulary 151,936, tied). Inputs by hand as Ovis2's processor lays them out: an image of a 2 x 2 grid
 is the global view then 4 tiles, 5 x 256 <IMG_ATOM> tokens between <IMG_START>, <IMG_GRID>, <IMG_COL>,
 <IMG_ROW> and <IMG_END> indicator tokens, pixel_values (tiles, 3, 448, 448); labels -100 on the prompt.
 
 fp32 weights under bf16 autocast; the vision transformer frozen, its visual head, the visual embedding
 table and the whole language model trained with AdamW (foreach), non-reentrant gradient checkpointing.
-Phases: 0 model in fp32; 1 3 steps of 2 samples with a 2 x 2 grid image (5 tiles) and 1,536 tokens;
+Phases: 0 model in fp32; 1 3 steps of 2 samples with a 2 x 2 grid image (5 tiles) and 1,408 tokens;
 2 2 steps of 4 samples with a single-tile image and 512 tokens; 3 evaluation: greedy `generate()`
 under autocast and `no_grad` for 2 grid-image prompts, min_new_tokens == max_new_tokens == 32, the
 optimizer state kept. Seeded; no sizes depend on values."""
@@ -46,7 +46,7 @@ cfg = Ovis2Config(
         vocab_size=151936,
         hidden_size=1536,
         intermediate_size=4096,
-        num_hidden_layers=12,
+        num_hidden_layers=10,
         num_attention_heads=12,
         num_key_value_heads=2,
         max_position_embeddings=8192,
@@ -116,8 +116,8 @@ def train(steps, n, rows, cols, seq):
         print(step, round(loss.item(), 3))
 
 
-train(3, 2, 2, 2, 1536)
-report("phase1 3 steps, 2 samples with 2 x 2 grid images, 1,536 tokens")
+train(3, 2, 2, 2, 1408)
+report("phase1 3 steps, 2 samples with 2 x 2 grid images, 1,408 tokens")
 
 train(2, 4, 1, 1, 512)
 report("phase2 2 steps, 4 samples with single-tile images, 512 tokens")
