@@ -7,7 +7,8 @@ layers, vocabulary 151,860; random init) cast to bf16 with `.to(device, torch.bf
 
 Phase 1 greedy plain-text OCR of 4 single pages (256 new tokens); phase 2 the multi-crop mode: the page
 tiled 2 x 2 plus a thumbnail, 5 x 256 image tokens in one sequence, 1 page, 128 new tokens; phase 3
-beam search (3 beams) on 2 single pages, 64 new tokens. Seeded; no sizes depend on values."""
+beam search (3 beams, generate expands pixel_values per beam) on 1 page, 64 new tokens. Seeded; no sizes
+depend on values."""
 
 import os
 
@@ -46,7 +47,7 @@ if SMALL:
 else:
     config = GotOcr2Config()
     SIZE, TOKENS, PAD, EOS = 1024, 256, 151643, 151645
-    B1, NEW1, B2, CROPS, NEW2, B3, NEW3 = 4, 256, 1, 5, 128, 2, 64
+    B1, NEW1, B2, CROPS, NEW2, B3, NEW3 = 4, 256, 1, 5, 128, 1, 64
 IMAGE = config.image_token_index
 dtype = torch.bfloat16 if cuda else torch.float32
 
