@@ -5,7 +5,7 @@ layers, vocabulary 151,860; random init) cast to bf16 with `.to(device, torch.bf
 `inference_mode`. The prompt is the chat template's token layout written by hand: a few system/user tokens,
 256 `<imgpad>` tokens per image, then "OCR:" tokens; `generate()` with `max_new_tokens == min_new_tokens`.
 
-Phase 1 greedy plain-text OCR of 4 single pages (256 new tokens); phase 2 the multi-crop mode: the page
+Phase 1 greedy plain-text OCR of 2 single pages (256 new tokens); phase 2 the multi-crop mode: the page
 tiled 2 x 2 plus a thumbnail, 5 x 256 image tokens in one sequence, 1 page, 128 new tokens; phase 3
 beam search (3 beams, generate expands pixel_values per beam) on 1 page, 64 new tokens. Seeded; no sizes
 depend on values."""
@@ -47,7 +47,7 @@ if SMALL:
 else:
     config = GotOcr2Config()
     SIZE, TOKENS, PAD, EOS = 1024, 256, 151643, 151645
-    B1, NEW1, B2, CROPS, NEW2, B3, NEW3 = 4, 256, 1, 5, 128, 1, 64
+    B1, NEW1, B2, CROPS, NEW2, B3, NEW3 = 2, 256, 1, 5, 128, 1, 64
 IMAGE = config.image_token_index
 dtype = torch.bfloat16 if cuda else torch.float32
 
