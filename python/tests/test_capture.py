@@ -7662,7 +7662,7 @@ def test_the_autograd_thread_s_first_cudnn_attention_backward_keeps_the_newest_c
     # blind349/mn05's H100 history (session 79): the loss gradient's 1,000,341,504-byte segment (a 960
     # MiB chunk, 6 MiB of it free) is the newest chunk at the first backward, whose first cuDNN attention
     # backward (the autograd engine's thread's) makes the driver take a piece of that hole
-    # (`_attention.CUDNN_THREAD_PIECE`); freed and `empty_cache()`d, the chunk is not released (rule 3
+    # (`_capture.CUDNN_THREAD_PIECE`); freed and `empty_cache()`d, the chunk is not released (rule 3
     # needs it empty) and the next segment goes to its low end (rule 2), where a released chunk's range
     # would take it elsewhere. Without cuDNN the chunk is released: na79_kept_chunk_probe's H100 output
     # ("kept chunk in miniature": a Linear's backward, 32 MiB segments at [1024, 1194, 1226])
@@ -7693,6 +7693,83 @@ torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
     big = {s["address"] for s in before if s["total_size"] == 32 << 20}
     # y at x's address (the other 32 MiB segment is the main thread's cuBLAS workspace)
     assert [s["address"] - x for s in after if s["total_size"] == 32 << 20 and s["address"] not in big] == [0]
+
+
+def test_the_autograd_thread_s_first_cudnn_call_at_a_convolution_s_backward_keeps_the_newest_chunk(
+    tmp_script, tmp_path
+):
+    # ng79_cudnn_thread_probe's H100 output (session 80): a convolution's backward as the autograd
+    # engine's thread's first cuDNN call fills the 4 MiB left in the newest chunk's hole, as that
+    # thread's first cuDNN attention backward does (its cuDNN handle: `Capture.cudnn_thread_handle`,
+    # `CUDNN_THREAD_PIECE`), and an attention backward after it takes nothing. So the chunk newest at
+    # the first backward of a CNN keeps a piece: freed and `empty_cache()`d it is not released (rule 3)
+    # and the next segment goes to its low end (rule 2)
+    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
+    script = tmp_script(
+        f"""
+import torch
+import torch.nn.functional as F
+a = torch.randn(256, 256, device="cuda")
+b = a @ a
+x = torch.randn(8, 16, 56, 56, device="cuda", dtype=torch.float16, requires_grad=True)
+w = torch.randn(16, 16, 3, 3, device="cuda", dtype=torch.float16, requires_grad=True)
+spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
+del spare
+y = F.conv2d(x, w, padding=1)
+big = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
+y.sum().backward()
+torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
+del big
+torch.cuda.empty_cache()
+z = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
+    big = next(s["address"] for s in before if s["total_size"] == 1000341504)
+    kept = {s["address"] for s in before if s["total_size"] == 32 << 20}
+    # z at big's address (the other 32 MiB segment is the main thread's cuBLAS workspace)
+    assert [
+        s["address"] - big for s in after if s["total_size"] == 32 << 20 and s["address"] not in kept
+    ] == [0]
+
+
+def test_the_autograd_thread_s_first_cudnn_call_at_an_rnn_s_backward_keeps_the_newest_chunk(
+    tmp_script, tmp_path
+):
+    # the same handle at a cuDNN GRU's backward (`_cudnn_rnn_backward_input` gets it first): blind312/la03
+    # (a cuDNN GRU, no other cuDNN op in its backward) reads all six H100 phases with it, reserved -2 MiB
+    # from phase 1 without it (session 80)
+    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
+    script = tmp_script(
+        f"""
+import torch
+a = torch.randn(256, 256, device="cuda")
+b = a @ a
+gru = torch.nn.GRU(32, 32).cuda()
+x = torch.randn(16, 4, 32, device="cuda", requires_grad=True)
+spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
+del spare
+y, _ = gru(x)
+big = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
+y.sum().backward()
+torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
+del big
+torch.cuda.empty_cache()
+z = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
+    big = next(s["address"] for s in before if s["total_size"] == 1000341504)
+    kept = {s["address"] for s in before if s["total_size"] == 32 << 20}
+    assert [
+        s["address"] - big for s in after if s["total_size"] == 32 << 20 and s["address"] not in kept
+    ] == [0]
 
 
 def _above_second_segment(tmp_script, tmp_path, body):

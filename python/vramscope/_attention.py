@@ -424,18 +424,14 @@ def cudnn_forward(cap, func, args, kwargs):
     fwd, _ = cap.device.cudnn_attention_workspaces(
         q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]
     )
-    # the plan is built before its workspace is known: cuDNN's engines load (rule 9)
+    # `run_cudnn_SDP_fprop`'s handle after the outputs (a recomputed forward on the autograd thread:
+    # its first cuDNN call); the plan is built before its workspace is known: cuDNN's engines load
+    # (rule 9)
+    cap.cudnn_thread_handle()
     cap.device.cudnn_plan()
     ws = cap.malloc(fwd, op, "workspace")
     del ws
     return tuple(w)
-
-
-#: what the driver takes for good at the autograd engine's thread's first cuDNN call, here its first
-#: attention backward (after dq, dk and dv), placed as a segment is (rules 2, 1 and 3): rule 18's
-#: figures for a later cuDNN handle (2 MiB and a 2 MiB page-locked buffer) as one placement. Measured
-#: on the H100: docs/driver-placement.md, "The autograd thread's first cuDNN call"
-CUDNN_THREAD_PIECE = 4 << 20
 
 
 def cudnn_backward(cap, func, args, kwargs):
@@ -445,10 +441,9 @@ def cudnn_backward(cap, func, args, kwargs):
     out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_cudnn_attention_backward"
     w = _alloc_in_order(cap, out, (0, 1, 2), op)
-    if cap.thread() != "main" and not cap.cudnn_thread_piece:
-        # the autograd thread's first: the driver's piece (address space only, never given back)
-        cap.cudnn_thread_piece = True
-        cap.device.pinned_alloc(CUDNN_THREAD_PIECE)
+    # `run_cudnn_SDP_bprop` (MHA.cpp) gets its handle after dq, dk and dv: the autograd thread's first
+    # cuDNN call takes the driver's piece
+    cap.cudnn_thread_handle()
     d_o = None
     if grad_out.stride(-1) != 1:
         d_o = cap.malloc(grad_out.numel() * grad_out.element_size(), op, "temporary")

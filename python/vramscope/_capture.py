@@ -959,6 +959,14 @@ LATER_CUBLAS_RESERVATION = 64 << 20
 #: docs/driver-placement.md rule 19)
 ASSERT_BUFFER = 8_650_752
 
+#: what the driver takes for good at the autograd engine's thread's first cuDNN call of any kind (its
+#: cuDNN handle: `getCudnnHandle` makes one per thread), placed as a segment is (rules 2, 1 and 3): rule
+#: 18's figures for a later cuDNN handle (2 MiB and a 2 MiB page-locked buffer) as one placement.
+#: Measured on the H100 (ng79_cudnn_thread_probe_h100.out: an attention backward and a convolution
+#: backward each fill the 4 MiB left in the newest chunk's hole, an attention backward after the
+#: convolution's takes nothing); docs/driver-placement.md, "The autograd thread's first cuDNN call"
+CUDNN_THREAD_PIECE = 4 << 20
+
 #: ops whose CUDA kernels are compiled with a device-side assert (`CUDA_KERNEL_ASSERT`): `Reduce.cuh`'s
 #: `ReduceOp` (every `gpu_reduce_kernel` reduction), the bounds checks of the index, gather/scatter,
 #: embedding and `nll_loss` kernels, `binary_cross_entropy`'s input range, `bernoulli`'s probability
@@ -3244,8 +3252,8 @@ class Capture:
         self.blas_made = 0
         #: the cuBLAS handles created so far, as the native device keys them: (thread, handle)
         self.blas_created: set[tuple] = set()
-        #: whether the autograd engine's thread ran its first cuDNN attention backward (its driver
-        #: piece, `_attention.CUDNN_THREAD_PIECE`)
+        #: whether the autograd engine's thread made its cuDNN handle (its driver piece,
+        #: `CUDNN_THREAD_PIECE`, `cudnn_thread_handle`)
         self.cudnn_thread_piece = False
         #: TunableOp's results this program tuned, (op signature, params signature) -> kernel, in
         #: the order tuned (`TuningResultsManager::Add`; `torch.cuda.tunable.get_results` lists them)
@@ -3673,6 +3681,17 @@ class Capture:
         if _on_engine_thread():
             return "autograd"
         return "main"
+
+    def cudnn_thread_handle(self) -> None:
+        """A cuDNN op is at its `getCudnnHandle()` (a convolution's forward or backward, cuDNN
+        attention's, a cuDNN batch norm's backward, an RNN's backward): on the autograd engine's
+        thread, its first makes that thread's handle (the pool's handles are per thread:
+        DeviceThreadHandles.h), and the driver takes `CUDNN_THREAD_PIECE` for good (address space
+        only; measured on the H100: ng79_cudnn_thread_probe_h100.out). The program's thread's own
+        handle is rule 18's (`cudnn_plan`, `cudnn_rnn`)."""
+        if self.thread() != "main" and not self.cudnn_thread_piece:
+            self.cudnn_thread_piece = True
+            self.device.pinned_alloc(CUDNN_THREAD_PIECE)
 
     def blas_handle(self) -> int:
         """The cuBLAS handle of the current thread. Each host thread's pool window reserves one on

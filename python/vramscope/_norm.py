@@ -336,6 +336,9 @@ def _cudnn_backward(cap, grad, x, w, grads, mask):
         else:
             held.append(cap.malloc(like.numel() * like.element_size(), op, "temporary"))
             out.append(None)
+    # `cudnn_batch_norm_backward` gets its handle after the three results: the autograd thread's
+    # first cuDNN call takes the driver's piece
+    cap.cudnn_thread_handle()
     workspace = _persistent_workspace(cap, x, "backward", op) if _persistent(x) else None
     # C++ destroys the workspace, then the contiguous gradient; the unwanted results die in the
     # caller
@@ -534,6 +537,7 @@ def _cudnn_batch_norm_backward(cap, func, args, kwargs):
     out = func(*args)
     for t in out:
         cap.track(t, op)
+    cap.cudnn_thread_handle()
     workspace = _persistent_workspace(cap, x, "backward", op) if x.numel() > 0 and _persistent(x) else None
     del workspace
     return out

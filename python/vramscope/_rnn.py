@@ -973,7 +973,9 @@ def _cudnn_rnn_backward(cap, func, args, kwargs):
     entry = p.measured(cap)
     ws_bytes = (entry.get("backward_workspace", 0) if entry else 0) or 0
 
-    # _cudnn_rnn_backward_input
+    # _cudnn_rnn_backward_input: `getCudnnHandle()` first (cudnn/RNN.cpp), the autograd thread's
+    # first cuDNN call takes the driver's piece
+    cap.cudnn_thread_handle()
     x_c = _copy_unless_contiguous(cap, p.time_major(x), op)
     dy_c = _copy_unless_contiguous(cap, p.time_major(grad_output), op)
     dx = cap.track(_empty(x.shape, x.dtype, p.batch_first), op)

@@ -280,6 +280,9 @@ def _conv_workspace(cap, op, conv) -> None:
             "(`torch.backends.cudnn.enabled = False`)"
         )
         return
+    # `raw_cudnn_convolution_*_out` (cudnn/Conv_v8.cpp) gets its handle before any plan: on the
+    # autograd thread (a convolution's backward) its first cuDNN call takes the driver's piece
+    cap.cudnn_thread_handle()
     timed = _benchmark_first_call(cap, op, name, conv) if torch.backends.cudnn.benchmark else None
     key = _benchmark_cache_key(cap, op, name, conv)
     # a search halved after an out-of-memory timed only the plans whose workspace fits the halved
