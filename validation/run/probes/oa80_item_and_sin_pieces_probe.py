@@ -111,7 +111,7 @@ if case == "item_pool_top":
 elif case == "item_new_chunk":
     keep.append(torch.empty(500 * MIB, dtype=torch.uint8, device="cuda")); step("a 500 MiB segment")
     a.item(); step("first .item() (float32)")
-    keep.append(torch.empty(2 * MIB, dtype=torch.uint8, device="cuda")); step("a 2 MiB segment")
+    keep.append(torch.empty(MIB, dtype=torch.uint8, device="cuda")); step("a 1 MiB block (2 MiB segment)")
 elif case == "item_after_cudnn":
     q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.bfloat16)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
