@@ -7125,6 +7125,19 @@ def test_unravel_index_of_a_cuda_tensor():
             torch.unravel_index(indices, (-1, 4))
 
 
+def test_an_index_sequence_of_0d_cuda_tensors_is_read_on_the_host():
+    # blind355/mt02 (UDOP's combine_image_text_embeddings: `rows, cols = zip(*ind)` then
+    # `patch_inds[rows, cols] = False`): indexing_tensor_from_data reads each 0-d tensor of the
+    # sequence with item() below the Python key, where the twin's meta tensor raised
+    with vramscope.capture():
+        x = torch.ones(2, 5, dtype=torch.bool, device="cuda")
+        ind = torch.tensor([[0, 1], [1, 3]], device="cuda")
+        rows, cols = zip(*ind, strict=True)
+        x[rows, cols] = False
+        assert x.tolist() == [[True, False, True, True, True], [True, True, True, False, True]]
+        assert x[list(rows), [cols[0], 4]].tolist() == [False, True]
+
+
 def test_tensor_from_data_requires_grad_and_new_tensor_on_the_gpu():
     # found by opinfo_sweep.py's backward sweep (GRAD=1; combinations' samples are
     # `torch.tensor(data, device=..., requires_grad=True)`): the copy to the device dropped

@@ -588,22 +588,36 @@ def _treat_as_tuple(index) -> bool:
     return any(isinstance(x, (torch.Tensor, list, tuple, slice)) or x is Ellipsis or x is None for x in index)
 
 
-def _index_tensor(seq):
+def _host_data(cap, seq):
+    """`seq` with its simulated tensors replaced by their host values: `indexing_tensor_from_data`
+    (tensor_new.cpp `recursive_store`) reads each tensor element of the sequence with `item()`, a
+    copy to the host that takes no device memory, below the dispatcher's Python key, where a meta
+    tensor raises ("Tensor.item() cannot be called on meta tensors"; UDOP's
+    `combine_image_text_embeddings` indexes `patch_inds[rows, cols]` with `rows, cols = zip(*ind)`,
+    tuples of 0-d CUDA tensors: blind355/mt02)."""
+    if registered(seq):
+        return cap.value_of(seq, "an index made of tensors").clone()
+    if isinstance(seq, (list, tuple)):
+        return [_host_data(cap, x) for x in seq]
+    return seq
+
+
+def _index_tensor(cap, seq):
     """`sequenceToVariable` → `indexing_tensor_from_data`: a list in an index becomes an int64 (bool,
     uint8: kept) tensor on the indexed tensor's device, made on the host and copied there."""
-    host = torch.tensor(seq)
+    host = torch.tensor(_host_data(cap, seq))
     if host.dtype not in (torch.bool, torch.uint8):
         host = host.to(torch.int64)
     return torch.Tensor.to(host, "meta")
 
 
-def _lists_to_tensors(index):
+def _lists_to_tensors(cap, index):
     """The index with its lists made device tensors, as `THPVariable_getitem`/`setitem` make them
     (a list that reads as a tuple is one); None where it holds no list."""
     if isinstance(index, (list, range)) and not _treat_as_tuple(index):
-        return _index_tensor(index)
+        return _index_tensor(cap, index)
     if isinstance(index, (list, tuple)) and any(isinstance(x, (list, tuple, range)) for x in index):
-        return tuple(_index_tensor(x) if isinstance(x, (list, tuple, range)) else x for x in index)
+        return tuple(_index_tensor(cap, x) if isinstance(x, (list, tuple, range)) else x for x in index)
     return None
 
 
@@ -612,7 +626,7 @@ def _getitem(cap, func, args, kwargs):
     dies as it returns (the H200's allocations in fixtures/run/sweeps/setitem_h200.jsonl); PyTorch
     makes it below the dispatcher's Python key, where the twin would not see it."""
     if len(args) == 2 and registered_user(args[0]):
-        index = _lists_to_tensors(args[1])
+        index = _lists_to_tensors(cap, args[1])
         if index is not None:
             return func(args[0], index, **kwargs)
     return NotImplemented
@@ -628,7 +642,7 @@ def _setitem(cap, func, args, kwargs):
     allocations in fixtures/run/sweeps/setitem_h200.jsonl)."""
     if len(args) != 3 or not registered_user(args[0]):
         return NotImplemented
-    index = _lists_to_tensors(args[1])
+    index = _lists_to_tensors(cap, args[1])
     if index is not None:
         args = (args[0], index, args[2])
     if not isinstance(args[2], (bool, int, float, complex)):
