@@ -7847,6 +7847,56 @@ def test_host_memory_stats_count_the_caching_host_allocator_s_blocks():
         assert s["allocated_bytes.peak"] == 0 and s["num_host_alloc"] == 0
 
 
+def _item_then_small_segments(item, cudnn=False):
+    """MiB from a 500 MiB segment (a chunk made after the driver's pool, with a 12 MiB hole) to the
+    2 MiB segments made after it, and the host allocator's `cudaHostAlloc` count; `item`: two
+    `.item()`s first, `cudnn`: then a cuDNN attention (its first handle)."""
+    with vramscope.capture(gpu="h100"):
+        a = torch.zeros(1, device="cuda")
+        m = torch.ones(64, 64, device="cuda")
+        keep = [a, m, torch.relu(m @ m), torch.empty(500 << 20, dtype=torch.uint8, device="cuda")]
+        if item:
+            a.item()
+            a.item()
+        if cudnn:
+            q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.bfloat16)
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+                keep.append(torch.nn.functional.scaled_dot_product_attention(q, q, q))
+        before = {s["address"] for s in torch.cuda.memory_snapshot()}
+        keep += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(4)]
+        snap = torch.cuda.memory_snapshot()
+        big = next(s["address"] for s in snap if s["total_size"] == 500 << 20)
+        new = sorted((s["address"] - big) >> 20 for s in snap if s["address"] not in before)
+        return new, torch.cuda.host_memory_stats()["num_host_alloc"]
+
+
+def test_the_first_item_s_page_locked_block_maps_a_driver_buffer_where_a_segment_would_go(
+    tmp_script, tmp_path
+):
+    # `.item()` copies into a one-element page-locked block of the caching host allocator
+    # (`_local_scalar_dense_cuda`, CUDAScalar.cu, 2.11), freed at once and reused by the next; the
+    # process's first small block makes the driver map a 2 MiB buffer (rule 16), which goes where a
+    # 2 MiB segment would when a chunk made after the driver's pool has a hole for it (blind352/mq02's
+    # first `.item()`: nh79_mq02_first_forward_pieces_probe_h100.out, the raw 2 MiB cudaMalloc 2 MiB
+    # higher after it), so the next 2 MiB segments lie 2 MiB higher in the 500 MiB chunk's hole
+    assert _item_then_small_segments(False) == ([500, 502], 0)
+    assert _item_then_small_segments(True) == ([502, 504], 1)
+    # where no chunk made after the pool has a hole, its buffer goes into the pool's top, not laid out
+    # (validation/va_pinned's `sizes` case on the H200: a 4 KiB block's buffer at the top's +4)
+    assert _above_second_segment(tmp_script, tmp_path, "a.item()") == 20
+
+
+def test_a_cudnn_handle_s_page_locked_buffer_is_the_item_s_buffer():
+    # the first cuDNN handle's 2 MiB page-locked buffer (rule 18) is one of the driver's small-block
+    # buffers: after a first `.item()` mapped one, none comes (blind312/la02's H100 maps: the first
+    # `.item()` mapped a 2 MiB /dev/zero buffer, its first cuDNN convolution none; blind303/kr04's:
+    # the first cuDNN attention mapped one, its later `.item()`s none)
+    # without it: the handle's 2 MiB and its buffer at 500 and 502; with it: the `.item()`'s buffer at
+    # 500, the handle's 2 MiB at 502, no other buffer
+    assert _item_then_small_segments(False, cudnn=True) == ([504, 506], 0)
+    assert _item_then_small_segments(True, cudnn=True) == ([504, 506], 1)
+
+
 def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):
     # rules 7 and 15 (docs/driver-placement.md, session 37; blind158/fb03's H200 history): the host
     # conversion of a blocking host-to-device copy (Copy.cu `copy_kernel_cuda`: `src.to(dst.dtype())`

@@ -954,6 +954,10 @@ _ARANGE = {
 #: and that thread's cuBLAS workspace, in the context's range); no 2 MiB beside it, unlike the first
 LATER_CUBLAS_RESERVATION = 64 << 20
 
+#: `.item()`'s page-locked block (`Capture.dispatch`, `PinnedHost.transient`); `VRAMSCOPE_ITEM_BUFFER=0`
+#: leaves it out (a trial switch while its placement rule is new, session 80)
+_ITEM_BUFFER = os.environ.get("VRAMSCOPE_ITEM_BUFFER", "1") != "0"
+
 #: the page-locked mapping the driver makes at the process's first kernel compiled with a device-side
 #: assert, 8.25 MiB (validation/run/probes/qc70_pinned_mapping_first_op_probe's H100 maps;
 #: docs/driver-placement.md rule 19)
@@ -4158,6 +4162,11 @@ class Capture:
             # one, after the op's allocations and the context's range (rule 19)
             self.assert_kernel_ran = True
             self.device.pinned_alloc(ASSERT_BUFFER)
+        if func is aten._local_scalar_dense.default and self.started and registered_in(args) and _ITEM_BUFFER:
+            # `.item()` copies into a one-element page-locked block of the caching host allocator
+            # (CUDAScalar.cu); the process's first small block makes the driver map a 2 MiB buffer
+            # (rule 16), where a 2 MiB segment would go unless the pool's top takes it
+            self.pinned.transient(self, args[0].element_size())
         if module and module not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
             # the kernel module's lazy load, after the op's allocations (rule 12)
             self.modules_loaded.add(module)

@@ -89,17 +89,7 @@ class PinnedHost:
         nbytes = storage.nbytes()
         if nbytes == 0:
             return  # no block (`allocate(0)` returns a null pointer)
-        size = block_size(nbytes)
-        blocks = self.free.get(size)
-        active = self.active.setdefault(size, (_Stat(), _Stat()))
-        active[0].increase(1)
-        active[1].increase(size)
-        if blocks:
-            addr = blocks.pop()
-        else:
-            self.blocks.increase(1)
-            self.block_bytes.increase(size)
-            addr = self._new_block(cap, size)
+        size, addr = self._take(cap, nbytes)
         held = self.held
 
         def release(ref, size=size, addr=addr):
@@ -112,6 +102,30 @@ class PinnedHost:
 
         ref = weakref.ref(storage, release)
         held[id(ref)] = ref
+
+    def transient(self, cap, nbytes: int) -> None:
+        """A block taken and given back at once: `.item()`'s. `_local_scalar_dense_cuda`
+        (aten/src/ATen/native/cuda/CUDAScalar.cu, 2.11) copies the scalar into a one-element
+        page-locked `empty_cpu` ("to avoid implicit locking/sync in cuda library due to pageable
+        memory") with `memcpy_and_sync`, which records no event, so the block is back on its
+        size's free list when the call returns. The process's first such block is a small
+        `cudaHostAlloc`: the driver maps a 2 MiB buffer for it (rule 16)."""
+        size, addr = self._take(cap, nbytes)
+        self.free.setdefault(size, []).append(addr)
+
+    def _take(self, cap, nbytes: int) -> tuple[int, object]:
+        """A block for a request of `nbytes` (> 0): the last freed of its size, or a new one; its
+        size and address (None where not laid out)."""
+        size = block_size(nbytes)
+        blocks = self.free.get(size)
+        active = self.active.setdefault(size, (_Stat(), _Stat()))
+        active[0].increase(1)
+        active[1].increase(size)
+        if blocks:
+            return size, blocks.pop()
+        self.blocks.increase(1)
+        self.block_bytes.increase(size)
+        return size, self._new_block(cap, size)
 
     def _settings(self, cap) -> tuple[bool, int, bool, int]:
         settings = getattr(cap.device, "pinned_settings", None)

@@ -245,6 +245,13 @@ impl SimDevice {
     pub fn pinned_map(&mut self, len: u64) -> Option<u64> {
         self.driver.malloc(len)
     }
+    /// Whether a page-locked buffer of `len` bytes goes to the driver's
+    /// pool's top, not laid out, rather than where a segment would go
+    /// (`driver_va.rs`, rules 14 and 16: no chunk made after the pool has a
+    /// hole that fits it).
+    pub fn pool_top_first(&self, len: u64) -> bool {
+        self.driver.pool_top_first(len)
+    }
     /// The driver takes `len` bytes of address space for good, placed as a
     /// segment is (`driver_va.rs`, rules 2, 1 and 3): its device memory or
     /// page-locked buffers at a first cuDNN handle (the engine's

@@ -191,6 +191,9 @@ pub(crate) struct DriverVa {
     launch_pending: bool,
     /// The pool's top is laid out ([`Self::lay_out_pool_top`]).
     pool_top: bool,
+    /// The driver's pool's chunk (rule 14), by index in `chunks`, once
+    /// reserved ([`Self::pool_top_first`]).
+    pool_at: Option<usize>,
 }
 
 impl DriverVa {
@@ -232,6 +235,7 @@ impl DriverVa {
             cublas_pending: false,
             launch_pending: false,
             pool_top: false,
+            pool_at: None,
         }
     }
 
@@ -252,6 +256,7 @@ impl DriverVa {
         }
         self.los.clear();
         self.released.clear();
+        self.pool_at = None;
         self.push_context(anchor, fresh);
     }
 
@@ -341,11 +346,28 @@ impl DriverVa {
             } else {
                 segs.push((lo, DRIVER_POOL));
             }
+            self.pool_at = Some(self.chunks.len());
             self.push_chunk(Chunk {
                 lo,
                 hi: lo + DRIVER_POOL,
                 segs,
             });
+        }
+    }
+
+    /// Whether a piece of `size` that rule 2 places with the pool's top (rule
+    /// 14) counted as the chunk made with the pool goes to that top: no chunk
+    /// made after the pool has a hole that fits. `true` before the pool
+    /// exists (where the driver puts its page-locked buffers then is not laid
+    /// out). Rule 16's small page-locked buffers: the va_pinned probes' went
+    /// to the pool's top, the newest chunk there; blind352/mq02's first
+    /// `.item()` took 2 MiB of the assert buffer's chunk, made after the pool
+    /// at the same op (nh79_mq02_first_forward_pieces_probe_h100.out).
+    pub(crate) fn pool_top_first(&self, size: u64) -> bool {
+        let size = size.next_multiple_of(PAGE).max(PAGE);
+        match self.pool_at {
+            Some(p) => self.newest_fitting(size).is_none_or(|i| i < p),
+            None => true,
         }
     }
 

@@ -416,7 +416,11 @@ const PINNED_BUFFER: u64 = 2 * 1024 * 1024;
 /// How many of the process's page-locked buffers go into the driver's
 /// pool's top (rule 14; its other two 2 MiB hold the driver's own), which
 /// is not laid out: on the H200 the third of twelve 2 MiB blocks and every
-/// later one went where a 2 MiB segment would.
+/// later one went where a 2 MiB segment would. A buffer goes there only
+/// while the pool's top is the newest chunk with room (rule 2); where a
+/// chunk made after the pool has a 2 MiB hole it goes there, as a segment
+/// would (blind352/mq02's first `.item()`: the H100's probe
+/// `nh79_mq02_first_forward_pieces_probe_h100.out`).
 const PINNED_BUFFERS_IN_POOL_TOP: usize = 2;
 
 /// The host memory libcuda `malloc`s when it loads a kernel module lazily
@@ -482,6 +486,8 @@ pub(crate) struct State {
     /// the bytes left in each of the driver's 2 MiB page-locked buffers
     /// that serve blocks of [`PINNED_BUFFER`] or less, oldest first
     pinned_buffers: Vec<u64>,
+    /// how many of them went into the driver's pool's top (not laid out)
+    pinned_in_pool_top: usize,
     /// the kernel modules of [`MODULE_HOST_MALLOCS`] loaded, by index
     modules_loaded: u32,
     /// the cuBLASLt workspaces' live slots, by (handle, stream)
@@ -627,6 +633,7 @@ impl Runtime {
             triton_loaded: false,
             worker_started: false,
             pinned_buffers: Vec::new(),
+            pinned_in_pool_top: 0,
             workers: (0, 0),
             modules_loaded: 0,
             lt_ws: Vec::new(),
@@ -890,8 +897,8 @@ impl Runtime {
     /// maps it among the segments (driver address-space rule 16); its
     /// address, which [`Runtime::pinned_free`] takes. `None` for a block
     /// of [`PINNED_BUFFER`] or less: it goes into one of the driver's 2 MiB
-    /// buffers, a new one mapped among the segments once the pool's top
-    /// has no room ([`PINNED_BUFFERS_IN_POOL_TOP`]), none ever freed.
+    /// buffers, a new one mapped among the segments unless the pool's top
+    /// takes it ([`PINNED_BUFFERS_IN_POOL_TOP`]), none ever freed.
     pub fn pinned_alloc(&self, len: u64) -> Option<u64> {
         let mut st = self.st.borrow_mut();
         if len <= PINNED_BUFFER {
@@ -900,7 +907,11 @@ impl Runtime {
                 return None;
             }
             st.pinned_buffers.push(PINNED_BUFFER - len);
-            if st.pinned_buffers.len() > PINNED_BUFFERS_IN_POOL_TOP {
+            if st.pinned_in_pool_top < PINNED_BUFFERS_IN_POOL_TOP
+                && st.alloc.device().pool_top_first(PINNED_BUFFER)
+            {
+                st.pinned_in_pool_top += 1;
+            } else {
                 let addr = st.alloc.device_mut().pinned_map(PINNED_BUFFER)?;
                 st.note_host(HostEvent::Pinned(addr, PINNED_BUFFER));
             }
@@ -1049,9 +1060,19 @@ impl Runtime {
         } else {
             CUDNN_RNN_DRIVER_LATER
         };
-        for len in [driver, PINNED_BUFFER] {
-            if let Some(addr) = st.alloc.device_mut().driver_map(len) {
-                st.note_host(HostEvent::Driver(addr, len));
+        if let Some(addr) = st.alloc.device_mut().driver_map(driver) {
+            st.note_host(HostEvent::Driver(addr, driver));
+        }
+        // the handle's page-locked buffer is one of the driver's small-block
+        // buffers, which the host allocator's small blocks share: where one
+        // is already mapped (a first `.item()`, rule 16) no other comes
+        // (blind312/la02's H100 maps: its first `.item()` mapped one, its
+        // first cuDNN convolution none; blind303/kr04's: its first cuDNN
+        // attention mapped one, its later `.item()`s none)
+        if st.pinned_buffers.is_empty() {
+            if let Some(addr) = st.alloc.device_mut().driver_map(PINNED_BUFFER) {
+                st.pinned_buffers.push(PINNED_BUFFER);
+                st.note_host(HostEvent::Driver(addr, PINNED_BUFFER));
             }
         }
     }

@@ -16,10 +16,11 @@ the caching allocator made. Cases:
 - `item_pool_top`: zeros (the first kernel: context range given back, the driver's pool), an mm, a relu,
   two 20 MiB segments, then `.item()` of a float, again, of an int64, of a bool (va_pinned's layout: the
   pool's top newest: the buffer in the pool's top, the probe does not move?);
-- `item_new_chunk`: the same, then a 30 MiB segment (a new chunk with a 2 MiB hole), then `.item()` (the
-  buffer in that hole, rule 2: the probe moves past it?);
+- `item_new_chunk`: the same, then a 500 MiB segment (a new chunk made after the pool, with a 12 MiB hole:
+  the twin's test puts a 30 MiB one in the context's released range), then `.item()` (the buffer at the hole's
+  low end, rule 2: the probe 2 MiB higher?);
 - `item_after_cudnn`: a cuDNN attention first (rule 18's buffer), then `.item()` (no new mapping?);
-- `cos_sin` and `sin_cos`: fp32 rotary-sized `cos` then `sin`, and the other order, then twelve other
+- `cos_sin` and `sin_cos`: fp32 rotary-sized `cos` then `sin`, and the other order, then eleven other
   pointwise ops' first launches (which first launch moves the probe: the op, or a count?);
 - `cos_sin_eager`: `cos_sin` under CUDA_MODULE_LOADING=EAGER (no move: lazy loading's pieces).
 
@@ -108,9 +109,9 @@ if case == "item_pool_top":
     a.long().item(); step(".item() of an int64")
     (a > 0).item(); step(".item() of a bool")
 elif case == "item_new_chunk":
-    keep.append(torch.empty(30 * MIB, dtype=torch.uint8, device="cuda")); step("a 30 MiB segment")
+    keep.append(torch.empty(500 * MIB, dtype=torch.uint8, device="cuda")); step("a 500 MiB segment")
     a.item(); step("first .item() (float32)")
-    keep.append(torch.empty(2 * MIB, dtype=torch.uint8, device="cuda")); step("a 2 MiB segment")
+    keep.append(torch.empty(MIB, dtype=torch.uint8, device="cuda")); step("a 1 MiB block (2 MiB segment)")
 elif case == "item_after_cudnn":
     q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.bfloat16)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
