@@ -7658,6 +7658,39 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert workspaces == [-350, -244]
 
 
+def _after_first_backward(tmp_script, tmp_path, setup, forward):
+    """Offsets from the 1,000,341,504-byte segment made between `forward` and the first backward (the
+    newest chunk then) to the new 32 MiB segments made after it is freed and `empty_cache()`d: [0] where
+    the chunk was kept, so the next segment goes to its low end (rule 2), not to a released range's."""
+    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
+    script = tmp_script(
+        f"""
+import torch
+import torch.nn.functional as F
+a = torch.randn(256, 256, device="cuda")
+b = a @ a
+{setup}
+spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
+del spare
+{forward}
+big = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
+y.sum().backward()
+torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
+del big
+torch.cuda.empty_cache()
+z = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
+    big = next(s["address"] for s in before if s["total_size"] == 1000341504)
+    # the other 32 MiB segment is the main thread's cuBLAS workspace
+    kept = {s["address"] for s in before if s["total_size"] == 32 << 20}
+    return [s["address"] - big for s in after if s["total_size"] == 32 << 20 and s["address"] not in kept]
+
+
 def test_the_autograd_thread_s_first_cudnn_attention_backward_keeps_the_newest_chunk(tmp_script, tmp_path):
     # blind349/mn05's H100 history (session 79): the loss gradient's 1,000,341,504-byte segment (a 960
     # MiB chunk, 6 MiB of it free) is the newest chunk at the first backward, whose first cuDNN attention
@@ -7666,33 +7699,10 @@ def test_the_autograd_thread_s_first_cudnn_attention_backward_keeps_the_newest_c
     # needs it empty) and the next segment goes to its low end (rule 2), where a released chunk's range
     # would take it elsewhere. Without cuDNN the chunk is released: na79_kept_chunk_probe's H100 output
     # ("kept chunk in miniature": a Linear's backward, 32 MiB segments at [1024, 1194, 1226])
-    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
-    script = tmp_script(
-        f"""
-import torch
-import torch.nn.functional as F
-a = torch.randn(256, 256, device="cuda")
-b = a @ a
-q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16, requires_grad=True)
-spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
-del spare
-o = F.scaled_dot_product_attention(q, q, q)
-x = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
-o.sum().backward()
-torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
-del x
-torch.cuda.empty_cache()
-y = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
-torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
-"""
-    )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
-    x = next(s["address"] for s in before if s["total_size"] == 1000341504)
-    big = {s["address"] for s in before if s["total_size"] == 32 << 20}
-    # y at x's address (the other 32 MiB segment is the main thread's cuBLAS workspace)
-    assert [s["address"] - x for s in after if s["total_size"] == 32 << 20 and s["address"] not in big] == [0]
+    setup = 'q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16, requires_grad=True)'
+    assert _after_first_backward(
+        tmp_script, tmp_path, setup, "y = F.scaled_dot_product_attention(q, q, q)"
+    ) == [0]
 
 
 def test_the_autograd_thread_s_first_cudnn_call_at_a_convolution_s_backward_keeps_the_newest_chunk(
@@ -7701,39 +7711,10 @@ def test_the_autograd_thread_s_first_cudnn_call_at_a_convolution_s_backward_keep
     # ng79_cudnn_thread_probe's H100 output (session 80): a convolution's backward as the autograd
     # engine's thread's first cuDNN call fills the 4 MiB left in the newest chunk's hole, as that
     # thread's first cuDNN attention backward does (its cuDNN handle: `Capture.cudnn_thread_handle`,
-    # `CUDNN_THREAD_PIECE`), and an attention backward after it takes nothing. So the chunk newest at
-    # the first backward of a CNN keeps a piece: freed and `empty_cache()`d it is not released (rule 3)
-    # and the next segment goes to its low end (rule 2)
-    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
-    script = tmp_script(
-        f"""
-import torch
-import torch.nn.functional as F
-a = torch.randn(256, 256, device="cuda")
-b = a @ a
-x = torch.randn(8, 16, 56, 56, device="cuda", dtype=torch.float16, requires_grad=True)
-w = torch.randn(16, 16, 3, 3, device="cuda", dtype=torch.float16, requires_grad=True)
-spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
-del spare
-y = F.conv2d(x, w, padding=1)
-big = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
-y.sum().backward()
-torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
-del big
-torch.cuda.empty_cache()
-z = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
-torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
-"""
-    )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
-    big = next(s["address"] for s in before if s["total_size"] == 1000341504)
-    kept = {s["address"] for s in before if s["total_size"] == 32 << 20}
-    # z at big's address (the other 32 MiB segment is the main thread's cuBLAS workspace)
-    assert [
-        s["address"] - big for s in after if s["total_size"] == 32 << 20 and s["address"] not in kept
-    ] == [0]
+    # `CUDNN_THREAD_PIECE`), and an attention backward after it takes nothing
+    setup = """x = torch.randn(8, 16, 56, 56, device="cuda", dtype=torch.float16, requires_grad=True)
+w = torch.randn(16, 16, 3, 3, device="cuda", dtype=torch.float16, requires_grad=True)"""
+    assert _after_first_backward(tmp_script, tmp_path, setup, "y = F.conv2d(x, w, padding=1)") == [0]
 
 
 def test_the_autograd_thread_s_first_cudnn_call_at_an_rnn_s_backward_keeps_the_newest_chunk(
@@ -7742,34 +7723,9 @@ def test_the_autograd_thread_s_first_cudnn_call_at_an_rnn_s_backward_keeps_the_n
     # the same handle at a cuDNN GRU's backward (`_cudnn_rnn_backward_input` gets it first): blind312/la03
     # (a cuDNN GRU, no other cuDNN op in its backward) reads all six H100 phases with it, reserved -2 MiB
     # from phase 1 without it (session 80)
-    snaps = [tmp_path / "s1.pickle", tmp_path / "s2.pickle"]
-    script = tmp_script(
-        f"""
-import torch
-a = torch.randn(256, 256, device="cuda")
-b = a @ a
-gru = torch.nn.GRU(32, 32).cuda()
-x = torch.randn(16, 4, 32, device="cuda", requires_grad=True)
-spare = [torch.empty(64 << 10, device="cuda") for _ in range(16)]
-del spare
-y, _ = gru(x)
-big = torch.empty(1000144896, dtype=torch.uint8, device="cuda")
-y.sum().backward()
-torch.cuda.memory._dump_snapshot({str(snaps[0])!r})
-del big
-torch.cuda.empty_cache()
-z = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
-torch.cuda.memory._dump_snapshot({str(snaps[1])!r})
-"""
-    )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    before, after = (pickle.loads(p.read_bytes())["segments"] for p in snaps)
-    big = next(s["address"] for s in before if s["total_size"] == 1000341504)
-    kept = {s["address"] for s in before if s["total_size"] == 32 << 20}
-    assert [
-        s["address"] - big for s in after if s["total_size"] == 32 << 20 and s["address"] not in kept
-    ] == [0]
+    setup = """gru = torch.nn.GRU(32, 32).cuda()
+x = torch.randn(16, 4, 32, device="cuda", requires_grad=True)"""
+    assert _after_first_backward(tmp_script, tmp_path, setup, "y, _ = gru(x)") == [0]
 
 
 def _above_second_segment(tmp_script, tmp_path, body):
