@@ -448,7 +448,7 @@ def script_function_call(original, cap):
     functions: dict = {}
 
     def call(self, *args, **kwargs):
-        if not enabled() or torch._C._get_tracing_state() is not None:
+        if not enabled() or torch._C._get_tracing_state() is not None or torch.compiler.is_dynamo_compiling():
             return original(self, *args, **kwargs)
         try:
             bound = _bind(self, args, kwargs)
