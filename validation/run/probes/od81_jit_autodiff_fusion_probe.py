@@ -10,7 +10,10 @@ be [div, cast(dx), pow, mul, add, cast(add)]; the backward graph has three group
 `mul(alpha)`. This prints, per call, the allocations of forward and backward separately (count, net,
 peak and the sizes in order, + alloc / - free), and the optimized graphs (the outer plan after the
 forward, the last executed one after the backward), under bf16 autocast and without it, and for a
-shape change at call 4 (the forward executor's STATIC guard, its fallback's profiling run).
+shape change at call 4 (the forward executor's STATIC guard, its fallback's profiling run). Then two
+inference checks of the twin's rule's assumptions: a Megatron-style bias-GELU (tanh form) in fp32 and
+bfloat16 (the twin fuses both: NNC's CUDA rule takes half types), and an erf GELU (GPU-only op in NNC,
+which the twin's host grouping cannot show: the twin leaves it unfused), 3 calls each under no_grad.
 Run (~10 s, < 1 GB): python3 validation/run/probes/od81_jit_autodiff_fusion_probe.py"""
 
 import torch
@@ -70,7 +73,33 @@ def run(tag, autocast, shapes):
         del y, dx, base, grad
 
 
+@torch.jit.script
+def bias_gelu(bias, y):
+    x = bias + y
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+@torch.jit.script
+def bias_gelu_erf(bias, y):
+    x = bias + y
+    return x * 0.5 * (1.0 + torch.erf(x * 0.70710678))
+
+
+def inference():
+    for fn in (bias_gelu, bias_gelu_erf):
+        for dtype in (torch.float32, torch.bfloat16):
+            bias = torch.randn(4096, device="cuda", dtype=dtype)
+            y = torch.randn(512, 4096, device="cuda", dtype=dtype)
+            with torch.no_grad():
+                for i in range(3):
+                    out, line = events(lambda bias=bias, y=y, fn=fn: fn(bias, y))
+                    print(f"{fn.name} {str(dtype)[6:]} call {i} {line}")
+                    del out
+            print(f"-- {fn.name} {str(dtype)[6:]} graph:\n{torch.jit.last_executed_optimized_graph()}")
+
+
 print("texpr", torch._C._jit_texpr_fuser_enabled(), "profiled_runs", torch._C._jit_get_num_profiled_runs())
 s1, s2 = (2, 64, 24, 24), (2, 64, 48, 48)
 run("bf16 autocast", True, [s1, s1, s1, s1, s2, s2, s2])
 run("no autocast", False, [s1, s1, s1, s1, s2, s2, s2])
+inference()
