@@ -1088,6 +1088,14 @@ def patch(cap) -> _Patch:
         "_jit_pass_optimize_for_inference",
         _jit.optimize_for_inference_pass(torch._C._jit_pass_optimize_for_inference),
     )
+    # a scripted function's call: the profiling executor's levels and NNC's fused kernels (the
+    # real executor never fuses the twin's meta tensors)
+    p.set(
+        torch.jit.ScriptFunction,
+        "__call__",
+        _jit.script_function_call(torch.jit.ScriptFunction.__call__, cap),
+    )
+    p.set(torch._C, "_jit_set_fusion_strategy", _jit.set_fusion_strategy(torch._C._jit_set_fusion_strategy))
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
