@@ -14,9 +14,9 @@ mask head's 160 x 160.
 Phases: 0 model and AdamW (26 groups: head 1e-4, blocks 1e-4 x 0.8^(24 - i), embeddings the lowest; weight
 decay 0.05); 1 three steps at batch 2 on 640 x 640 images with 10 segments each under bf16 autocast with
 attn_mask_probs (1.0, 1.0, 0.8, 0.5), clip_grad_norm_ 0.01; 2 attn_mask_probs set to 0, fp16 autocast under
-inference_mode, two batches of 4 with the semantic map computed as EoMT's post-processing does (mask logits
+inference_mode, two batches of 2 with the semantic map computed as EoMT's post-processing does (mask logits
 upsampled to 640, class softmax without no-object, einsum, argmax); 3 the model cast to fp16 (`.half()`),
-inference_mode over a batch of 8. Seeded; no sizes depend on values."""
+inference_mode over a batch of 4. Seeded; no sizes depend on values."""
 
 import os
 
@@ -41,7 +41,7 @@ if SMALL:
     B1, SEGS, B2, B3 = 1, 3, 2, 2
 else:
     config = EomtConfig(num_labels=133)
-    B1, SEGS, B2, B3 = 2, 10, 4, 8
+    B1, SEGS, B2, B3 = 2, 10, 2, 4
 NUM_LABELS = config.num_labels
 SIZE = config.image_size
 
