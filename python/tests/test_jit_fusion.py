@@ -2,6 +2,7 @@
 (`vramscope._jit.Executor`), against blind353/mr03's H100 probe
 (validation/run/probes/ni79_zoedepth_jit_fusion_probe_h100.out)."""
 
+import os
 import re
 
 import torch
@@ -62,10 +63,66 @@ def test_zoedepth_inv_attractor_inference_calls_allocate_as_the_h100_probe():
     assert got.count(4) == 6 and got.count(1) == len(calls) - 6
 
 
+def _events(lo):
+    """The allocations and frees since trace entry `lo`: "+k:op" (k counts the allocations),
+    "-k" (an allocation made before `lo`: "-old")."""
+    tr = torch.cuda.memory._snapshot()["device_traces"][0]
+    ids, out, n = {}, [], 0
+    for e in tr[lo:]:
+        if e["action"] == "alloc":
+            ids[e["addr"]] = n
+            n += 1
+            frames = e.get("frames") or []
+            op = frames[1]["name"] if len(frames) > 1 else "?"
+            out.append(f"+{op.split('::')[1]}")
+        elif e["action"] == "free_requested":
+            out.append(f"-{ids.pop(e['addr'], 'old')}")
+    return out, len(tr)
+
+
+def test_zoedepth_training_calls_run_the_differentiable_graph_as_the_h100_history():
+    # mr03 phase 2 (bf16 autocast, the input requiring grad, ZoeDepthAttractorLayer's loop
+    # `delta_c += inv_attractor(dx)`), the H100 history fixtures/run/history_mr03_s79_h100.pickle.xz:
+    # call 0 the outer profiling run (eager), call 1 the DifferentiableGraph's forward executor
+    # profiling f (as eager: sub, pow, mul, -pow, add, -mul, div, then -div after the +=); calls 2+
+    # the fused f (entries 11,804-11,822): sub, then the group's 6 outputs [out, cast(dx), pow, mul,
+    # add, cast(add)], pow/mul/add freed at the call's end (the last first), dx and out after the
+    # statement. Backward of a fused call (df's plan, entries 14,305-14,317): A, B (the unfused
+    # mul(alpha)), -A, C, -B, D, -C, then the kept cast(add), cast(dx)
+    fn = _inv_attractor()
+    with vramscope.capture(gpu="h100"):
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+        a = torch.randn(2, 64, 24, 24, device="cuda", requires_grad=True)
+        b = torch.randn(2, 64, 24, 24, device="cuda")
+        fwd = []
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            for _step in range(2):
+                acc = torch.zeros(2, 64, 24, 24, device="cuda")
+                for _ in range(4):
+                    _, lo = _events(0)
+                    acc += fn(a - b)
+                    fwd.append(_events(lo)[0])
+                _, lo = _events(0)
+                acc.sum().backward()
+                bwd = _events(lo)[0]
+        torch.cuda.memory._record_memory_history(enabled=None)
+    eager = ["+sub", "+pow", "+mul", "-1", "+add", "-2", "+div", "-4"]
+    fused = ["+sub"] + ["+TensorExprGroup"] * 6 + ["-5", "-4", "-3", "-0", "-1"]
+    assert fwd[0] == eager and fwd[1] == eager
+    assert fwd[2:] == [fused] * 6
+    # step 1's backward: four fused calls, each A, B, -A, C, -B, D, -C, -cast(add), -cast(dx)
+    # (D, the grad of dx, then goes to a's grad)
+    g = "+TensorExprGroup"
+    first = bwd.index(g)
+    k = sum(e.startswith("+") for e in bwd[:first])
+    assert bwd[first : first + 9] == [g, "+mul", f"-{k}", g, f"-{k + 1}", g, f"-{k + 2}", "-old", "-old"]
+    assert bwd.count(g) == 12 and bwd.count("+mul") == 4
+
+
 def test_a_call_that_requires_grad_and_a_partly_fused_function_run_unfused():
-    # a differentiable graph's forward (training) is not modelled: unfused, as eager; a matmul
-    # stays outside NNC's CUDA groups (CPU-only in tensorexpr_fuser.cpp), so the function is not
-    # one kernel: unfused too
+    # without fusion (`VRAMSCOPE_JIT_FUSION=0`) a call that requires grad runs unfused, as eager;
+    # a matmul stays outside NNC's CUDA groups (CPU-only in tensorexpr_fuser.cpp), so the function
+    # is not one kernel: unfused too
     fn = _inv_attractor()
 
     @torch.jit.script
@@ -74,7 +131,11 @@ def test_a_call_that_requires_grad_and_a_partly_fused_function_run_unfused():
 
     with vramscope.capture(gpu="h100"):
         x = torch.randn(4, 8, 16, device="cuda", requires_grad=True)
-        assert [_allocs(fn, x) for _ in range(4)] == [4, 4, 4, 4]
+        os.environ["VRAMSCOPE_JIT_FUSION"] = "0"
+        try:
+            assert [_allocs(fn, x) for _ in range(4)] == [4, 4, 4, 4]
+        finally:
+            del os.environ["VRAMSCOPE_JIT_FUSION"]
         a, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
         with torch.no_grad():
             # (the first call also makes the cuBLAS workspace)
