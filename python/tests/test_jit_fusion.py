@@ -94,7 +94,7 @@ def test_zoedepth_training_calls_run_the_differentiable_graph_as_the_h100_histor
         torch.cuda.memory._record_memory_history(max_entries=100000)
         a = torch.randn(2, 64, 24, 24, device="cuda", requires_grad=True)
         b = torch.randn(2, 64, 24, 24, device="cuda")
-        fwd = []
+        fwd, bwds = [], []
         with torch.autocast("cuda", dtype=torch.bfloat16):
             for _step in range(2):
                 acc = torch.zeros(2, 64, 24, 24, device="cuda")
@@ -104,12 +104,23 @@ def test_zoedepth_training_calls_run_the_differentiable_graph_as_the_h100_histor
                     fwd.append(_events(lo)[0])
                 _, lo = _events(0)
                 acc.sum().backward()
-                bwd = _events(lo)[0]
+                bwds.append(_events(lo)[0])
         torch.cuda.memory._record_memory_history(enabled=None)
     eager = ["+sub", "+pow", "+mul", "-1", "+add", "-2", "+div", "-4"]
     fused = ["+sub"] + ["+TensorExprGroup"] * 6 + ["-5", "-4", "-3", "-0", "-1"]
     assert fwd[0] == eager and fwd[1] == eager
     assert fwd[2:] == [fused] * 6
+    # step 0's first DifferentiableGraph backward is df's profiling run, unfused (GradOf lowered;
+    # the H100 history's entries 13,285-13,318, the incoming grad aside): div, neg, mul, -neg, mul,
+    # div, -, -, mul(alpha), -, mul, pow, mul, -, -, -, add, -, -, then the kept
+    bwd = bwds[0]
+    k = sum(e.startswith("+") for e in bwd[: bwd.index("+div")])
+    assert bwd[bwd.index("+div") :][:21] == [
+        "+div", "+neg", "+mul", f"-{k + 1}", "+mul", "+div", f"-{k + 2}", f"-{k + 3}", "+mul",
+        f"-{k + 4}", "+mul", "+pow", "+mul", f"-{k + 6}", f"-{k + 7}", f"-{k + 5}", "+add", f"-{k}",
+        f"-{k + 8}", "-old", "-old",
+    ]  # fmt: skip
+    bwd = bwds[1]
     # step 1's backward: four fused calls, each A, B, -A, C, -B, D, -C, -cast(add), -cast(dx)
     # (D, the grad of dx, then goes to a's grad)
     g = "+TensorExprGroup"

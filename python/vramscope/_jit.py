@@ -454,8 +454,7 @@ class _Interp:
     def run(self, graph, inputs):
         env = {v.unique(): x for v, x in zip(graph.inputs(), inputs, strict=True)}
         del inputs
-        self.block(graph.block() if hasattr(graph, "block") else graph, env, list(graph.inputs()))
-        return [env[v.unique()] for v in graph.outputs()]
+        return self.block(graph.block() if hasattr(graph, "block") else graph, env, list(graph.inputs()))
 
     def block(self, block, env, params):
         nodes = list(block.nodes())
@@ -488,6 +487,11 @@ class _Interp:
             for u in dying.get(j, ()):
                 if u in local:
                     env.pop(u, None)
+        # the block's outputs go to its node's outputs; what it made dies with it
+        outs = [env[v.unique()] for v in block.outputs()]
+        for u in local:
+            env.pop(u, None)
+        return outs
 
     def node(self, n, env):
         kind = n.kind()
@@ -509,8 +513,15 @@ class _Interp:
                 res = list(self.group(g, [env[v.unique()] for v in g.inputs()]))
             else:
                 b = blocks[0] if ins[0] else blocks[1]
-                self.block(b, env, [])
-                res = [env[v.unique()] for v in b.outputs()]
+                res = self.block(b, env, [])
+        elif kind == "prim::GradOf":
+            # lower_grad_of.cpp `LowerGradOf`: the body runs where any input grad is defined
+            # (`prim::AutogradAnyNonZero`), else each output is undefined (`prim::AutogradZero`)
+            b = next(iter(n.blocks()))
+            if any(x is not None for x in ins):
+                res = self.block(b, env, [])
+            else:
+                res = [None] * len(outs)
         elif kind in ("prim::TupleConstruct", "prim::ListConstruct"):
             res = [tuple(ins) if kind == "prim::TupleConstruct" else list(ins)]
         elif kind in ("prim::TupleUnpack", "prim::ListUnpack"):
@@ -588,6 +599,7 @@ _DF_KINDS = _DG_STRUCTURE | {
     "prim::Constant",
     "prim::If",
     "prim::CallFunction",
+    "prim::GradOf",
 }
 
 
@@ -623,6 +635,7 @@ class _DG:
         self.n_f = len(outs)
         self.f_ext = torch._C._create_function_from_graph("vramscope_dg_f_group", _one_output(f))
         self.plan = plan
+        self.df = node.g("ReverseSubgraph").copy()
         self.fwd = Executor()
         self.df_profiled = False
         self.df_groups: dict = {}
@@ -678,9 +691,10 @@ def _dg_build(fn, profile, args, tensor_at):
             return None
         if plan is None or len(list(plan.inputs())) != len(list(node.g("ReverseSubgraph").inputs())):
             return None
-        for n in _walk(plan.block() if hasattr(plan, "block") else plan):
-            if n.kind() not in _DF_KINDS and not n.kind().startswith("aten::"):
-                return None
+        for g in (plan, node.g("ReverseSubgraph")):
+            for n in _walk(g.block() if hasattr(g, "block") else g):
+                if n.kind() not in _DF_KINDS and not n.kind().startswith("aten::"):
+                    return None
         f = node.g("Subgraph")
         if any(n.kind() in ("prim::If", "prim::Loop") for n in f.nodes()):
             return None
@@ -797,7 +811,9 @@ def _df_run(dg, stack):
                     break
                 level += 1
         elif not levels:
+            # the profiling run's types: the plan's guards (level 0)
             levels.append((sig, behavior(total)))
+            return _Interp(None).run(g.g("Subgraph"), inputs)
         sub = g.g("Subgraph")
         if not fused:
             return _Interp(None).run(sub, inputs)
@@ -814,7 +830,18 @@ def _df_run(dg, stack):
                     cap.regrow(t, nbytes, "prim::TensorExprGroup")
         return outs
 
-    res = _Interp(group).run(dg.plan, stack)
+    if dg.df_profiled:
+        return _Interp(group).run(dg.plan, stack)
+    # the first run profiles: df as `runProfilingInsensitiveOptimizations` leaves it (GradOf
+    # lowered), unfused; the plan's guards take the types it profiled (the plan run on the same
+    # values with the allocator's caching off: no block)
+    res = _Interp(None).run(dg.df, stack)
+    outer = cap.caching_enabled
+    cap.caching_enabled = False
+    try:
+        _Interp(group).run(dg.plan, stack)
+    finally:
+        cap.caching_enabled = outer
     dg.df_profiled = True
     return res
 
