@@ -151,3 +151,36 @@ def test_a_call_that_requires_grad_and_a_partly_fused_function_run_unfused():
         with torch.no_grad():
             # (the first call also makes the cuBLAS workspace)
             assert [_allocs(lambda t: mm_then_gelu(t, w), a) for _ in range(3)] == [5, 4, 4]
+
+
+def test_a_new_shape_runs_the_forward_executors_fallback_and_a_retained_graph_backs_twice():
+    # the forward executor's STATIC guard fails on a new shape: its fallback function's
+    # profiling run returns every output of the group, which die after the call in order (the
+    # H100 history, mr03's first 48 x 48 call, entries 12,094-12,103: sub, pow, mul, add, div,
+    # -pow, -mul, then -div after the +=); its next call is fused
+    fn = _inv_attractor()
+    with vramscope.capture(gpu="h100"):
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+        b = torch.randn(2, 64, 24, 24, device="cuda")
+        c = torch.randn(2, 64, 48, 48, device="cuda")
+        a = torch.randn(2, 64, 24, 24, device="cuda", requires_grad=True)
+        a2 = torch.randn(2, 64, 48, 48, device="cuda", requires_grad=True)
+        fwd = []
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            acc = torch.zeros(2, 64, 48, 48, device="cuda")
+            for x, y in [(a, b)] * 3 + [(a2, c)] * 2:
+                _, lo = _events(0)
+                if x is a:
+                    fn(x - y)
+                else:
+                    acc += fn(x - y)
+                fwd.append(_events(lo)[0])
+            acc.sum().backward()
+            # a retained graph backs twice (the twin's second backward runs on stand-ins)
+            y = fn(a - b)
+            y.sum().backward(retain_graph=True)
+            y.sum().backward()
+            assert a.grad.shape == a.shape
+        torch.cuda.memory._record_memory_history(enabled=None)
+    assert fwd[3] == ["+sub", "+pow", "+mul", "+add", "+div", "-1", "-2", "-4"]
+    assert fwd[4][:7] == ["+sub"] + ["+TensorExprGroup"] * 6

@@ -370,6 +370,7 @@ class Executor:
 
     def __init__(self):
         self.levels: list = []
+        self.profiled_at = None  # the level whose profiling run the last call was
 
     def step(self, fn, args, tensor_at):
         """Advance the executor by one call; whether the call runs the fused kernel (True), unfused
@@ -377,6 +378,7 @@ class Executor:
         sig = tuple(_signature(args[i]) for i in tensor_at)
         total = sum(n for _, n in _strategy[0])
         level = 0
+        self.profiled_at = None
         while True:
             remaining = total - level
             kind = behavior(remaining)
@@ -385,6 +387,7 @@ class Executor:
             if level == len(self.levels):
                 # this level's profiling run (num_profiled_runs 1): unfused
                 self.levels.append(_Level(sig, kind))
+                self.profiled_at = level
                 return False
             lv = self.levels[level]
             if any(p[3] for p in lv.profile):
@@ -748,6 +751,18 @@ class _DGFunction(torch.autograd.Function):
                 if id(bufs[j]) not in kept:
                     bufs[j] = None
             del bufs
+        elif fused is None:
+            # a fallback function's profiling run (level 1+): the group's ops unfused, returning
+            # every output of the group, which die after the call, the first first (the H100
+            # history, entries 12,094-12,103: pow, mul)
+            res = list(original(dg.f_ext, *fin))
+            vals = res[dg.n_f :]
+            res = res[: dg.n_f]
+            kept = {id(res[i]) for i in range(dg.real)} | {id(res[i]) for i in dg.captured}
+            for j in range(len(vals)):
+                if id(vals[j]) not in kept:
+                    vals[j] = None
+            del vals
         else:
             # the forward executor's profiling run (or its simple executor): f unfused
             res = list(original(dg.f_plain, *fin))
@@ -757,6 +772,7 @@ class _DGFunction(torch.autograd.Function):
         ctx.kept = [None if res[i] is out else res[i] for i in dg.captured]
         ctx.out_at = [i for i, c in enumerate(dg.captured) if res[c] is out]
         ctx.save_for_backward(out if ctx.out_at else None)
+        ctx.released = False
         del res, fin, args
         return out
 
@@ -764,6 +780,11 @@ class _DGFunction(torch.autograd.Function):
     def backward(ctx, grad):
         dg, tensor_at = ctx.call
         (out,) = ctx.saved_tensors
+        if ctx.released:
+            # a second backward through a retained graph: the GPU keeps the captured values till
+            # the graph dies; the twin, which released them after the first, runs on stand-ins
+            # without blocks (not modelled: their memory after the first backward)
+            ctx.kept, ctx.cap_in = _placeholders(ctx.kept_spec), _placeholders(ctx.cap_in_spec)
         captured = list(ctx.kept)
         for i in ctx.out_at:
             captured[i] = out
@@ -773,8 +794,12 @@ class _DGFunction(torch.autograd.Function):
         del stack
         # DifferentiableGraphBackward's captured values released after the run, the last first
         # (the H100 history: cast(add), then cast(dx))
+        ctx.kept_spec, ctx.cap_in_spec = _spec(ctx.kept), _spec(ctx.cap_in)
+        ctx.released = True
         while ctx.kept:
             ctx.kept.pop()
+        while ctx.cap_in:
+            ctx.cap_in.pop()
         grads = [None] * len(tensor_at)
         flat = [g for r in res for g in (r if isinstance(r, tuple) else (r,))]
         for g, fi in zip(flat, dg.cap_out, strict=False):
@@ -782,6 +807,30 @@ class _DGFunction(torch.autograd.Function):
             if kind == "arg" and a in tensor_at:
                 grads[tensor_at.index(a)] = g
         return (None, *grads)
+
+
+def _spec(values) -> list:
+    """Tensors as (size, stride, dtype), other values as they are."""
+    return [
+        ("tensor", v.size(), v.stride(), v.dtype) if isinstance(v, torch.Tensor) else ("value", v)
+        for v in values
+    ]
+
+
+def _placeholders(spec) -> list:
+    """`_spec`'s values again, the tensors made with the allocator's caching off (no block)."""
+    from ._capture import current
+
+    cap = current()
+    outer = cap.caching_enabled
+    cap.caching_enabled = False
+    try:
+        return [
+            torch.empty_strided(s[1], s[2], dtype=s[3], device="cuda") if s[0] == "tensor" else s[1]
+            for s in spec
+        ]
+    finally:
+        cap.caching_enabled = outer
 
 
 def _df_run(dg, stack):
@@ -917,6 +966,8 @@ def script_function_call(original, cap):
             # the forward executor: the node's inputs detached (`DifferentiableGraphOp`)
             with torch.no_grad():
                 f_fused = dg.fwd.step(self, bound, tensor_at) is True
+            if not f_fused and (dg.fwd.profiled_at or 0) >= 1:
+                f_fused = None  # a fallback function's profiling run
             return _DGFunction.apply(
                 (dg, cap, original, bound, tensor_at, f_fused), *[bound[i] for i in tensor_at]
             )
