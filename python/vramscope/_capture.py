@@ -3012,9 +3012,22 @@ class _MallInfo2(ctypes.Structure):
     ] + [("keepcost", ctypes.c_size_t)]
 
 
+#: [the cell of glibc's `mp_.mmap_threshold` in this process (None: not found)], once looked for
+_THRESHOLD_CELL: list = []
+
+
 def _glibc_threshold() -> int | None:
     """This process's glibc mmap threshold now (`mp_.mmap_threshold`, malloc/malloc.c), or None where
-    it cannot be read. `mp_` is static in libc: it is found in libc's writable mapping by the
+    it cannot be read (`_find_glibc_threshold`, once)."""
+    if not _THRESHOLD_CELL:
+        _THRESHOLD_CELL.append(_find_glibc_threshold())
+    cell = _THRESHOLD_CELL[0]
+    return None if cell is None else cell.value
+
+
+def _find_glibc_threshold() -> ctypes.c_size_t | None:
+    """The cell of this process's glibc mmap threshold (`mp_.mmap_threshold`), or None where it
+    cannot be found. `mp_` is static in libc: it is found in libc's writable mapping by the
     statistics `mallinfo2` reports from it, `n_mmaps` (hblks) then `n_mmaps_max` (DEFAULT_MMAP_MAX,
     65,536), `max_n_mmaps`, `no_dyn_threshold` and, 8-aligned, `mmapped_mem` (hblkhd); the threshold
     is the third word of the struct, 60 bytes before `n_mmaps` in glibc 2.35 and later
@@ -3053,8 +3066,8 @@ def _glibc_threshold() -> int | None:
                 continue
             trim, _pad, threshold, arena_test = struct.unpack_from("QQQQ", buf, at - 60)
             if arena_test == 8 and (trim == 2 * threshold or trim == threshold == 128 * 1024):
-                found.append(threshold)
-    return found[0] if len(found) == 1 else None
+                found.append(lo + at - 60 + 16)
+    return ctypes.c_size_t.from_address(found[0]) if len(found) == 1 else None
 
 
 def _glibc_request(nbytes: int) -> int:
@@ -3426,6 +3439,8 @@ class Capture:
         #: creation (`_note_host_made`, `_top_down`)
         self.host_made: dict = {}
         self.host_made_count = 0
+        #: glibc's mmap threshold in this process when each of those was made, by `_cdata`
+        self.host_made_threshold: dict = {}
         #: whether some started worker may still make its malloc arena (`_working`)
         self.arenas_pending = True
         #: host ops run on one intra-op thread now (the DataLoader's pin-memory thread's, which
@@ -3596,9 +3611,10 @@ class Capture:
         # though this process's stand-in for it is an ordinary one (blind341/md05 pins its models
         # before its first allocation)
         pinned = self.pinned.held_pointers()
-        # glibc's threshold only rises, so this process's threshold now bounds the one each tensor
-        # met when it was made
-        threshold = _glibc_threshold()
+        # the threshold each tensor met when an op made it (`_note_host_made`); for another, the one
+        # now, which bounds it (glibc's threshold only rises)
+        now = _glibc_threshold()
+        met = self.host_made_threshold
         mmapped, served = [], []
         for st in self._host_storages():
             if st.data_ptr() in pinned or device.host_mapping_len(st.nbytes()) is None:
@@ -3608,7 +3624,9 @@ class Capture:
             # above or among the others from run to run)
             if _glibc_mapping(st.data_ptr(), st.nbytes()) is not None:
                 mmapped.append(st)
-            elif threshold is not None and _glibc_request(st.nbytes()) >= threshold:
+            elif (threshold := met.get(st._cdata, now)) is not None and _glibc_request(
+                st.nbytes()
+            ) >= threshold:
                 # at or over the threshold, yet served by this process's heap: a free chunk or the
                 # heap's top had room for it, which depends on all this process allocated before
                 # (blind351/mp03's 8 MiB embeddings, one of four from run to run: session 81); the
@@ -3683,12 +3701,13 @@ class Capture:
             if a >= floor:
                 device.host_free_at(round((a - anchor) * mib), round((b - a) * mib))
 
-    def _note_host_made(self, args, out) -> None:
+    def _note_host_made(self, args, out, threshold: int | None) -> None:
         """Before the context: the place in the order of creation of each CPU storage of 128 KiB or
         more that the op made (`out`'s, none of its arguments'), by the storage's `_cdata` (a later
-        storage at the same address takes the place). `_map_host_tensors` lays out by it a tensor
-        this process's heap served where the GPU's process mapped it (`_top_down`). The addresses
-        are read without making the storages' Python objects, which the collector would count."""
+        storage at the same address takes the place), and `threshold`, this process's glibc mmap
+        threshold before the op. `_map_host_tensors` lays out by them a tensor this process's heap
+        served where the GPU's process mapped it (`_top_down`). The addresses are read without
+        making the storages' Python objects, which the collector would count."""
         fresh = []
         try:
             for t in out if type(out) in (tuple, list) else (out,):
@@ -3714,6 +3733,8 @@ class Capture:
             if key not in passed:
                 self.host_made_count += 1
                 made[key] = self.host_made_count
+                if threshold is not None:
+                    self.host_made_threshold[key] = threshold
 
     def _host_storages(self) -> list:
         """The storages of the CPU tensors alive now that hold data (`_map_host_tensors`)."""
@@ -4213,6 +4234,8 @@ class Capture:
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
+        # (glibc's threshold before a host op allocates: `_note_host_made`)
+        threshold = None if self.started else _glibc_threshold()
         try:
             if meta_alert_only and torch.are_deterministic_algorithms_enabled():
                 out = _without_meta_alert(self._dispatch, func, args, kwargs)
@@ -4233,7 +4256,7 @@ class Capture:
         if normal_draw:
             _note_normal_range(func, args, kwargs, out)
         if not self.started:
-            self._note_host_made(args, out)
+            self._note_host_made(args, out, threshold)
         converted, loop = _host_converts(func, args, kwargs, out)
         if self.serial_host:
             # one intra-op thread: Parallel-inl.h's `parallel_for` runs the loop inline when
