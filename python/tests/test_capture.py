@@ -8007,6 +8007,66 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-544, 100), (-444, 20), (72, 20), (384, 20)]
 
 
+def test_a_host_built_tensor_this_process_heap_served_is_laid_out_where_it_was_made(tmp_script, tmp_path):
+    # rule 11 when this process's heap had room for a tensor over its mmap threshold (a free chunk
+    # serves it before `sysmalloc` compares the threshold): blind351/mp03 laid out 89 or 90 of its
+    # host-built tensors from run to run as one 8 MiB embedding was mapped or not (session 81). The
+    # GPU's threshold maps it: it lies where it was made, directly below `a`, so once `b` is copied
+    # and freed its range (B+346..B+446) takes a chunk at its aligned top, B+384, as in the hole test
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import ctypes
+import torch
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+a = torch.empty(100 << 20, dtype=torch.uint8)   # glibc maps it on its own
+small = [libc.malloc(64 << 10) for _ in range(1700)]    # 106 MiB of the heap, under the threshold
+fence = libc.malloc(64 << 10)
+for q in small:
+    libc.free(q)                                # one free chunk of 106 MiB inside the heap
+b = torch.empty(100 << 20, dtype=torch.uint8)   # served by that chunk in this process
+assert ctypes.c_size_t.from_address(b.data_ptr() - 8).value & 2 == 0, "b was mapped"
+c = torch.empty(100 << 20, dtype=torch.uint8)
+y = b.cuda()                                    # 100 MiB at B-544
+del b
+keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    where = _segments_from(
+        script,
+        snap,
+        lambda segs: min(s["address"] for s in segs if s["total_size"] == 100 << 20) + (544 << 20),
+    )
+    # (not laid out, `b` left no range: the third 20 MiB segment went below every chunk, at B-576)
+    assert where == [(-544, 100), (-444, 20), (72, 20), (384, 20)]
+
+
+def test_glibc_threshold_reads_this_process_mmap_threshold():
+    # free() of a mapped chunk over the threshold raises it to the chunk's size (malloc/malloc.c,
+    # `__libc_free`); `_glibc_threshold` reads it from glibc's `mp_`
+    import ctypes
+
+    from vramscope._capture import _glibc_request, _glibc_threshold
+
+    before = _glibc_threshold()
+    assert before is not None and 128 << 10 <= before <= 32 << 20
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+    p = libc.malloc((32 << 20) - (64 << 10))
+    size = ctypes.c_size_t.from_address(p - 8).value
+    libc.free(p)
+    if size & 2 and (size & ~7) > before:  # mapped (a free chunk of the heap may have served it)
+        assert _glibc_threshold() == size & ~7
+    # c10's posix_memalign(64, n): 8 MiB + 1 KiB asks _int_malloc for 8,389,760 bytes (host.rs `malloc`)
+    assert _glibc_request((8 << 20) + 1024) == 8389760
+
+
 def test_a_page_locked_block_made_before_the_context_is_no_host_built_tensor(tmp_script, tmp_path):
     # blind341/md05 pins its models before its first allocation: a page-locked block is the driver's
     # mapping (`cudaHostAlloc`, rule 16), and freed it goes back to the host allocator's cache, still

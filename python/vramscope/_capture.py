@@ -23,6 +23,7 @@ import math
 import operator
 import os
 import re
+import struct
 import sys
 import threading
 import warnings
@@ -2992,6 +2993,125 @@ def _glibc_mapping(ptr: int, nbytes: int) -> int | None:
     return length if length % 4096 == 0 and nbytes < length <= nbytes + (1 << 20) else None
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (malloc.h, 2.33+)."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+        )
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+#: [the cell of glibc's `mp_.mmap_threshold` in this process (None: not found)], once looked for
+_THRESHOLD_CELL: list = []
+
+
+def _glibc_threshold() -> int | None:
+    """This process's glibc mmap threshold now (`mp_.mmap_threshold`, malloc/malloc.c), or None where
+    it cannot be read (`_find_glibc_threshold`, once)."""
+    if not _THRESHOLD_CELL:
+        _THRESHOLD_CELL.append(_find_glibc_threshold())
+    cell = _THRESHOLD_CELL[0]
+    return None if cell is None else cell.value
+
+
+def _find_glibc_threshold() -> ctypes.c_size_t | None:
+    """The cell of this process's glibc mmap threshold (`mp_.mmap_threshold`), or None where it
+    cannot be found. `mp_` is static in libc: it is found in libc's writable mapping by the
+    statistics `mallinfo2` reports from it, `n_mmaps` (hblks) then `n_mmaps_max` (DEFAULT_MMAP_MAX,
+    65,536), `max_n_mmaps`, `no_dyn_threshold` and, 8-aligned, `mmapped_mem` (hblkhd); the threshold
+    is the third word of the struct, 60 bytes before `n_mmaps` in glibc 2.35 and later
+    (trim_threshold, top_pad, mmap_threshold, arena_test, arena_max, thp_pagesize, hp_pagesize,
+    hp_flags). Checked there: `trim_threshold` is twice the threshold once it has moved (`free`'s
+    dynamic rule), both 128 KiB before, and `arena_test` is NARENAS_FROM_NCORES(1) = 8."""
+    if sys.platform != "linux" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        info = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    info.restype = _MallInfo2
+    try:
+        with open("/proc/self/maps") as f:
+            lines = [line.split() for line in f]
+    except OSError:
+        return None
+    found = []
+    for fields in lines:
+        if (
+            len(fields) < 6
+            or not fields[1].startswith("rw")
+            or not os.path.basename(fields[5]).startswith("libc.so")
+        ):
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        mi = info()
+        buf = ctypes.string_at(lo, hi - lo)
+        for at in range(64, len(buf) - 32, 4):
+            n, most = struct.unpack_from("ii", buf, at)
+            if n != mi.hblks or most != 65536 or (lo + at + 20) % 8:
+                continue
+            if struct.unpack_from("Q", buf, at + 20)[0] != mi.hblkhd:
+                continue
+            trim, _pad, threshold, arena_test = struct.unpack_from("QQQQ", buf, at - 60)
+            if arena_test == 8 and (trim == 2 * threshold or trim == threshold == 128 * 1024):
+                found.append(lo + at - 60 + 16)
+    return ctypes.c_size_t.from_address(found[0]) if len(found) == 1 else None
+
+
+def _glibc_request(nbytes: int) -> int:
+    """The chunk size `sysmalloc` compares with the mmap threshold for a CPU tensor's storage of
+    `nbytes`: c10's `alloc_cpu` asks `posix_memalign(64, nbytes)` (c10/core/impl/alloc_cpu.cpp,
+    gAlignment 64), whose `_int_memalign` asks `_int_malloc` for the padded request plus the
+    alignment and MINSIZE (32), each rounded by `request2size` (size + 8, up to 16)."""
+
+    def request2size(n: int) -> int:
+        return max(32, (n + 8 + 15) & ~15)
+
+    return request2size(request2size(nbytes) + 64 + 32)
+
+
+#: the smallest request glibc maps on its own at any threshold (DEFAULT_MMAP_THRESHOLD_MIN, 128 KiB,
+#: malloc/malloc.c): smaller CPU storages need no rank (`Capture._note_host_made`)
+_MMAP_THRESHOLD_MIN = 128 << 10
+
+_storage_address = torch._C._storage_address
+
+
+def _top_down(mmapped: list, served: list, ranks: dict) -> list:
+    """The storages glibc mapped in this process (`mmapped`) and those its heap served though the
+    threshold says a mapping (`served`) in the order mmap places them, the first made highest: the
+    mapped ones by address, top down, each served one directly below the mapped one made last
+    before it (`ranks`: each storage's place in the order of creation, by `_cdata`; one without
+    comes last); the GPU's process, whose heap had no room for it, mapped it there."""
+    ordered = sorted(mmapped, key=lambda st: -st.data_ptr())
+    if not served:
+        return ordered
+    last = float("inf")
+    made = sorted((ranks.get(st._cdata, last), i) for i, st in enumerate(ordered))
+    after: dict = {}
+    for st in sorted(served, key=lambda st: ranks.get(st._cdata, last)):
+        rank = ranks.get(st._cdata, last)
+        before = [i for r, i in made if r < rank]
+        after.setdefault(max(before) if before else -1, []).append(st)
+    out = list(after.get(-1, ()))
+    for i, st in enumerate(ordered):
+        out.append(st)
+        out.extend(after.get(i, ()))
+    return out
+
+
 def _tunable_tuning() -> bool:
     """TunableOp on with its tuning (`PYTORCH_TUNABLEOP_ENABLED=1` or `torch.cuda.tunable.enable`;
     tuning is on unless turned off): at::cuda::blas's GEMMs go through `GemmTunableOp`
@@ -3315,6 +3435,12 @@ class Capture:
         self.assert_kernel_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
         self.workers_started = False
+        #: the CPU storages ops made before the context, by `_cdata`: their place in the order of
+        #: creation (`_note_host_made`, `_top_down`)
+        self.host_made: dict = {}
+        self.host_made_count = 0
+        #: glibc's mmap threshold in this process when each of those was made, by `_cdata`
+        self.host_made_threshold: dict = {}
         #: whether some started worker may still make its malloc arena (`_working`)
         self.arenas_pending = True
         #: host ops run on one intra-op thread now (the DataLoader's pin-memory thread's, which
@@ -3480,21 +3606,33 @@ class Capture:
         (what it leaves out: docs/driver-placement.md, session 42). With OpenMP's pool started
         before the context, rule 17 lays out the pool and the context's mappings too
         (`_map_pool_layout`)."""
-        mapped = []
         device = self.device
         # a page-locked block is the driver's mapping (`cudaHostAlloc`, rule 16), not glibc's,
         # though this process's stand-in for it is an ordinary one (blind341/md05 pins its models
         # before its first allocation)
         pinned = self.pinned.held_pointers()
-        for st in sorted(self._host_storages(), key=lambda st: st.data_ptr()):
-            if st.data_ptr() in pinned:
+        # the threshold each tensor met when an op made it (`_note_host_made`); for another, the one
+        # now, which bounds it (glibc's threshold only rises)
+        now = _glibc_threshold()
+        met = self.host_made_threshold
+        mmapped, served = [], []
+        for st in self._host_storages():
+            if st.data_ptr() in pinned or device.host_mapping_len(st.nbytes()) is None:
                 continue
-            length = _glibc_mapping(st.data_ptr(), st.nbytes())
             # mapped in this process and at the GPU process's threshold: a tensor its heap serves
             # there makes no mapping, so no hole beside it (blind201/gs06's 2 and 3 MiB tensors lay
             # above or among the others from run to run)
-            if length is not None and device.host_mapping_len(st.nbytes()) is not None:
-                mapped.append((st.data_ptr() // 4096 * 4096, length, st))
+            if _glibc_mapping(st.data_ptr(), st.nbytes()) is not None:
+                mmapped.append(st)
+            elif (threshold := met.get(st._cdata, now)) is not None and _glibc_request(
+                st.nbytes()
+            ) >= threshold:
+                # at or over the threshold, yet served by this process's heap: a free chunk or the
+                # heap's top had room for it, which depends on all this process allocated before
+                # (blind351/mp03's 8 MiB embeddings, one of four from run to run: session 81); the
+                # GPU's threshold maps it
+                served.append(st)
+        mapped = list(reversed(_top_down(mmapped, served, self.host_made)))
         # a hole among them (a freed tensor: a tied embedding's own weight, a model's fp32 weights
         # after `.half()`) takes nothing: they lie one above the other as if it were not there
         # (blind342/me02's and blind341/md02's H100 histories, 94 and 1,275 MiB holes; blind26/z05
@@ -3505,9 +3643,9 @@ class Capture:
         # exact H100 figures under the rule: where that pool lies is not measured; a validation
         # setting lays it out anyway: blind350/mo05's H100 history, session 79)
         if self.pool_over is not None and (mapped or _pool_without_tensors()) and hasattr(device, "host_at"):
-            self._map_pool_layout([st for _, _, st in mapped])
+            self._map_pool_layout(mapped)
             return
-        for _, _, st in mapped:
+        for st in mapped:
             # (without the setting, one argument: a native module built before it takes no more)
             placed = device.host_before_context(st.nbytes(), *([] if above is None else [above]))
             if placed is None:
@@ -3542,7 +3680,7 @@ class Capture:
         if not space.maps:
             space.maps.append((at, at, "top"))  # (no tensor before the pool: the stacks' top)
         hl.pool_before_context(space, INTRA_OP_WORKERS, packed=_arenas_packed(), shared=self.pool_working)
-        for st in sorted(later, key=lambda st: -st.data_ptr()):
+        for st in reversed(later):  # (`storages` lie lowest first: the first made last)
             space.map(lens[id(st)] / mib, st)
         anchor = hl.context(space)
         floor = anchor + hl.CONTEXT_ABOVE_ANCHOR
@@ -3562,6 +3700,41 @@ class Capture:
         for a, b in space.free_ranges():
             if a >= floor:
                 device.host_free_at(round((a - anchor) * mib), round((b - a) * mib))
+
+    def _note_host_made(self, args, out, threshold: int | None) -> None:
+        """Before the context: the place in the order of creation of each CPU storage of 128 KiB or
+        more that the op made (`out`'s, none of its arguments'), by the storage's `_cdata` (a later
+        storage at the same address takes the place), and `threshold`, this process's glibc mmap
+        threshold before the op. `_map_host_tensors` lays out by them a tensor this process's heap
+        served where the GPU's process mapped it (`_top_down`). The addresses are read without
+        making the storages' Python objects, which the collector would count."""
+        fresh = []
+        try:
+            for t in out if type(out) in (tuple, list) else (out,):
+                if (
+                    isinstance(t, torch.Tensor)
+                    and t.device.type == "cpu"
+                    and t.layout == torch.strided
+                    and type(t.numel()) is int
+                    and t.numel() * t.element_size() >= _MMAP_THRESHOLD_MIN
+                ):
+                    fresh.append(_storage_address(t))
+            if not fresh:
+                return
+            passed = {
+                _storage_address(a)
+                for a in _tensors((args,))
+                if a.device.type == "cpu" and a.layout == torch.strided
+            }
+        except (RuntimeError, NotImplementedError, TypeError):
+            return  # (a tensor without a storage: nothing glibc maps)
+        made = self.host_made
+        for key in fresh:
+            if key not in passed:
+                self.host_made_count += 1
+                made[key] = self.host_made_count
+                if threshold is not None:
+                    self.host_made_threshold[key] = threshold
 
     def _host_storages(self) -> list:
         """The storages of the CPU tensors alive now that hold data (`_map_host_tensors`)."""
@@ -4061,6 +4234,8 @@ class Capture:
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
+        # (glibc's threshold before a host op allocates: `_note_host_made`)
+        threshold = None if self.started else _glibc_threshold()
         try:
             if meta_alert_only and torch.are_deterministic_algorithms_enabled():
                 out = _without_meta_alert(self._dispatch, func, args, kwargs)
@@ -4080,6 +4255,8 @@ class Capture:
             torch._prims_common.alert_not_deterministic(alert[0])
         if normal_draw:
             _note_normal_range(func, args, kwargs, out)
+        if not self.started:
+            self._note_host_made(args, out, threshold)
         converted, loop = _host_converts(func, args, kwargs, out)
         if self.serial_host:
             # one intra-op thread: Parallel-inl.h's `parallel_for` runs the loop inline when
