@@ -221,6 +221,31 @@ def test_products_of_operands_of_different_dtypes_raise_as_on_the_gpu():
         assert (x @ x).dtype == f32
 
 
+def test_numpy_of_a_cuda_tensor_raises_as_on_the_gpu():
+    # tensor_to_numpy (torch/csrc/utils/tensor_numpy.cpp) refuses a CUDA tensor, also through
+    # np.asarray (Tensor.__array__), and whether it requires grad or not: the twin read its values
+    # and went on; force=True copies to the host, and .cpu().numpy() is the host's
+    import numpy as np
+
+    cuda_msg = (
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+        "host memory first."
+    )
+    with vramscope.capture():
+        x = torch.arange(6.0, device="cuda")
+        w = torch.ones(3, device="cuda", requires_grad=True)
+        for f in (x.numpy, lambda: np.asarray(x), lambda: np.array(x, dtype=np.float64), w.numpy):
+            with pytest.raises(TypeError) as e:
+                f()
+            assert str(e.value) == cuda_msg
+        assert x.numpy(force=True).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert x.cpu().numpy().tolist() == x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        with pytest.raises(
+            TypeError, match=r"can't convert Sparse layout tensor to numpy\. Use Tensor\.to_dense"
+        ):
+            x.to_sparse().numpy(force=True)
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused

@@ -1540,6 +1540,7 @@ class _FunctionMode(TorchFunctionMode):
                     return self._call(func, (args[0],), kw) if ("dtype" in kw or kw.get("copy")) else args[0]
                 return self._call(func, (args[0], "meta"), kw)
         if name in _READS and args and is_ours(args[0]):
+            _refuse_numpy(name, args[0], kwargs)
             value = cap.value_of(args[0], f".{name}()")
             return getattr(value.contiguous(), name)(*args[1:], **kwargs)
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
@@ -1548,6 +1549,33 @@ class _FunctionMode(TorchFunctionMode):
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return torch.Tensor.to(args[0], "meta", **keep)
         return self._call(func, args, kwargs)
+
+
+def _refuse_numpy(name, t, kwargs) -> None:
+    """The GPU's error for `numpy()` of a CUDA tensor, and for `np.asarray(t)` (`Tensor.__array__`
+    calls `self.numpy()`, torch/_tensor.py): `tensor_to_numpy` (torch/csrc/utils/tensor_numpy.cpp)
+    refuses a layout other than strided, then, unless `force=True`, any device but the CPU, both
+    as TypeError, before its requires-grad check (the messages as torch 2.11 gives them for a meta
+    tensor, with the device read as `cuda:0`)."""
+    if name == "tolist":
+        return
+    with torch._C.DisableTorchFunction():
+        layout = t.layout
+    if layout is not torch.strided:
+        kind = {_COO_LAYOUT: "Sparse", torch.sparse_csr: "SparseCsr", torch.sparse_csc: "SparseCsc"}
+        kind.update({torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc"})
+        raise TypeError(
+            f"can't convert {kind.get(layout, layout)} layout tensor to numpy. Use Tensor.to_dense() first."
+        )
+    if name == "numpy" and kwargs.get("force"):
+        return
+    raise TypeError(
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+        "host memory first."
+    )
+
+
+_COO_LAYOUT = torch.sparse_coo
 
 
 def _rewrapped_numbers(func, args):
