@@ -5410,9 +5410,10 @@ def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
         return tmp + 1
 
     twice_plus.register_fake(lambda x: torch.empty_like(x))
-    lib = torch.library.Library("vs_test2", "DEF")  # an operator with a fake kernel only
-    lib.define("opaque(Tensor x) -> Tensor")
+    lib = torch.library.Library("vs_test2", "DEF")  # an operator with a fake kernel and a CUDA
+    lib.define("opaque(Tensor x) -> Tensor")  # kernel the twin cannot read, as an extension's
     torch.library.register_fake("vs_test2::opaque", lambda x: torch.empty_like(x), lib=lib)
+    lib.m.impl("opaque", "CUDA", lambda x: None, False)  # (past torch.library's Python registry)
     with vramscope.capture(gpu="h200") as cap:
         x = torch.empty(1 << 20, device="cuda")
         torch.cuda.reset_peak_memory_stats()
@@ -5422,6 +5423,45 @@ def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
         z = torch.ops.vs_test2.opaque(y)
         assert z.shape == y.shape and torch.cuda.memory_allocated() == 12 * MIB
     assert list(cap.unmeasured) == ["vs_test2::opaque (outside ATen: outputs from its fake kernel)"]
+
+
+def test_a_python_cuda_kernel_of_library_impl_runs_and_an_op_without_a_cuda_kernel_raises():
+    # torch.library.impl(qualname, "cuda") and Library.impl(name, fn, "CUDA") register Python
+    # kernels the GPU's dispatcher runs (torch/library.py keeps them in `_impls`), "default" one for
+    # every device (CompositeExplicitAutograd): the twin ran their fake kernels (the temporary
+    # inside not counted), or stopped where none was registered; an operator with no CUDA kernel (a
+    # fake one only, a custom_op for the CPU only) raises the dispatcher's NotImplementedError
+    lib = torch.library.Library("vs_test3", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.define("thrice(Tensor x) -> Tensor")
+    lib.define("fake_only(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: torch.cat([x, x]) * 2, "CUDA")  # 8 MiB temporary, no fake kernel
+    torch.library.impl("vs_test3::thrice", "default", lambda x: (x * 3) + 1, lib=lib)
+    torch.library.register_fake("vs_test3::fake_only", lambda x: torch.empty_like(x), lib=lib)
+
+    @torch.library.custom_op("vs_test3::host_only", mutates_args=(), device_types="cpu")
+    def host_only(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    host_only.register_fake(lambda x: torch.empty_like(x))
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(1 << 20, device="cuda")  # 4 MiB
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.ops.vs_test3.twice(x)
+        assert y.shape == (2 << 20,) and torch.cuda.memory_allocated() == 12 * MIB
+        assert torch.cuda.max_memory_allocated() == 20 * MIB
+        del y
+        torch.cuda.reset_peak_memory_stats()
+        z = torch.ops.vs_test3.thrice(x)
+        assert z.shape == x.shape and torch.cuda.max_memory_allocated() == 12 * MIB
+        for op in (torch.ops.vs_test3.fake_only, host_only):
+            with pytest.raises(
+                NotImplementedError,
+                match=r"^Could not run 'vs_test3::\w+' with arguments from the 'CUDA' backend",
+            ):
+                op(x)
+        assert host_only(torch.zeros(2)).tolist() == [1.0, 1.0]
+    assert not cap.unmeasured
 
 
 def test_a_functional_stand_ins_argument_temporaries_die_left_to_right():

@@ -632,39 +632,44 @@ _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 def no_cuda_kernel(func) -> bool:
-    """Whether aten op `func` has no kernel at the CUDA key in the dispatcher's computed table (the
-    CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`)."""
+    """Whether op `func` has no kernel at the CUDA key in the dispatcher's computed table: an aten
+    op (the CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`), or one
+    outside the namespaces the twin handles itself (`_custom.KNOWN_NAMESPACES`): a program's
+    operator with a fake kernel and no CUDA one, a `custom_op` of `device_types="cpu"`, the host's
+    `quantized::` and `mkldnn::` kernels."""
     try:
         return func._vramscope_no_cuda_kernel
     except AttributeError:
+        if not isinstance(func, torch._ops.OpOverload):
+            return False
         name = func.name()
+        ns = func.namespace
         return _kept(
             func,
             "_vramscope_no_cuda_kernel",
-            func.namespace == "aten"
-            and "_for_cpu" not in name
+            ((ns == "aten" and "_for_cpu" not in name) or ns not in _custom.KNOWN_NAMESPACES)
             and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA"),
         )
 
 
 def _refuse_without_cuda_kernel(func, args, kwargs) -> None:
-    """The GPU's dispatcher error for an aten op on dense CUDA tensors (or a factory for `cuda`)
-    whose CUDA key has no kernel in the dispatcher's computed table: no kernel of its own and no
-    composite (c10's OperatorEntry::reportError; torch 2.11: `histogram`, `histogramdd`'s
-    `_histogramdd_*`, `_add_relu`, `narrow_copy.out`, `slow_conv3d_forward`, `from_file`, the CPU
-    int4 and mkldnn ops; validation/dispatch_audit.py lists them). The meta kernel the twin runs
-    would give sizes and the program would go on. The op is redispatched at the CUDA key alone,
-    which has nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested
-    tensors dispatch at their own keys; a tensor subclass handles the op before the mode; the twin's
-    own rules come first (its dense stand-in for a nested tensor, `_vs_nested`, takes
-    `to_padded_tensor`'s NestedTensorCUDA rule, `_attention`), and the stand-in is let pass.
-    Compiled code too: a compiled graph's op with no lowering is a fallback kernel that calls the
-    aten op (`make_fallback`, implicit fallbacks: torch/_inductor/graph.py), aot_eager's graphs
-    run their aten ops, and the code between graphs runs eagerly; ops with no meta kernel break
-    the graph when traced (`_compile._fallback_as_on_cuda`). Not the CPU's own kernels
-    (`..._for_cpu`): graphs traced on the host may hold the host's kernel choices where the GPU's
-    hold its own (before `_compile._SDPA_CALLERS`, `_scaled_dot_product_flash_attention_for_cpu`
-    in AOTAutograd's trace through `F.multi_head_attention_forward`)."""
+    """The GPU's dispatcher error for an op (aten, or a program's own: `no_cuda_kernel`) on dense CUDA tensors
+    (or a factory for `cuda`) whose CUDA key has no kernel in the dispatcher's computed table: no kernel
+    of its own and no composite (c10's OperatorEntry::reportError; torch 2.11: `histogram`,
+    `histogramdd`'s `_histogramdd_*`, `_add_relu`, `narrow_copy.out`, `slow_conv3d_forward`, `from_file`,
+    the CPU int4 and mkldnn ops; validation/dispatch_audit.py lists them). The meta kernel the twin runs
+    would give sizes and the program would go on. The op is redispatched at the CUDA key alone, which has
+    nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested tensors dispatch
+    at their own keys; a tensor subclass handles the op before the mode; the twin's own rules come first
+    (its dense stand-in for a nested tensor, `_vs_nested`, takes `to_padded_tensor`'s NestedTensorCUDA
+    rule, `_attention`), and the stand-in is let pass. Compiled code too: a compiled graph's op with no
+    lowering is a fallback kernel that calls the aten op (`make_fallback`, implicit fallbacks:
+    torch/_inductor/graph.py), aot_eager's graphs run their aten ops, and the code between graphs runs
+    eagerly; ops with no meta kernel break the graph when traced (`_compile._fallback_as_on_cuda`). Not
+    the CPU's own kernels (`..._for_cpu`): graphs traced on the host may hold the host's kernel choices
+    where the GPU's hold its own (before `_compile._SDPA_CALLERS`,
+    `_scaled_dot_product_flash_attention_for_cpu` in AOTAutograd's trace through
+    `F.multi_head_attention_forward`)."""
     if not no_cuda_kernel(func) or not _on_device(args, kwargs):
         return
     if any(
@@ -4236,8 +4241,7 @@ class Capture:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if is_aten:
-            _refuse_without_cuda_kernel(func, args, kwargs)
+        _refuse_without_cuda_kernel(func, args, kwargs)
         if not is_aten:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:
