@@ -4054,6 +4054,25 @@ def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     assert torch.Stream is torch._C.Stream
 
 
+def test_an_external_stream_wraps_its_pointer_and_shares_that_stream_s_pool():
+    # torch.cuda.ExternalStream (CuPy/JAX interop) subclasses the real torch.cuda.Stream, whose
+    # constructor asked the host's missing driver (AcceleratorError); getStreamFromExternal keeps the
+    # pointer, which the allocator keys its pools by: one of a twin stream's pointer is that stream
+    with vramscope.capture():
+        null = torch.cuda.ExternalStream(0)
+        assert isinstance(null, torch.cuda.Stream) and null.cuda_stream == 0
+        side = torch.cuda.Stream()
+        ext = torch.cuda.ExternalStream(side.cuda_stream)
+        with torch.cuda.stream(ext):
+            x = torch.empty(1 << 20, device="cuda")
+        del x
+        with torch.cuda.stream(side):
+            torch.empty(1 << 20, device="cuda")  # the freed block of the same stream's pool
+        assert torch.cuda.memory_reserved() == 20 * MIB
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    assert issubclass(torch.cuda.ExternalStream, torch._C._CudaStreamBase)  # restored
+
+
 def test_bce_with_logits_allocates_what_the_gpucounted():
     # blind6/f04's H200 per-op record of F.binary_cross_entropy_with_logits(x, t, reduction="sum"),
     # (768, 3, 128, 128) fp32: log_sigmoid(x) and (1 - t) at full size, the 0-dim sum, and the
