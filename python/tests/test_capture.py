@@ -7887,6 +7887,20 @@ def test_host_memory_stats_count_the_caching_host_allocator_s_blocks():
         assert s["allocated_bytes.peak"] == 0 and s["num_host_alloc"] == 0
 
 
+def test_a_pinned_tensor_is_pinned_and_pinning_it_again_takes_no_block():
+    # `is_pinned()` asks the driver (isPinnedPtr): the twin answered False for its own page-locked
+    # blocks, so `pin_memory()` of a pinned tensor (which returns it: Memory.cpp's
+    # `if (self.is_pinned(device)) return self;`) copied it into a second block
+    with vramscope.capture(gpu="h200"):
+        torch.zeros(1, device="cuda")
+        p = torch.empty(100_000, dtype=torch.uint8).pin_memory()
+        e = torch.empty(1000, pin_memory=True)
+        assert p.is_pinned() and p[10:].is_pinned() and e.is_pinned()
+        assert not torch.empty(10).is_pinned() and not torch.empty(0, pin_memory=True).is_pinned()
+        assert p.pin_memory() is p
+        assert torch.cuda.host_memory_stats()["num_host_alloc"] == 2
+
+
 def _item_then_small_segments(item, cudnn=False):
     """MiB from a 500 MiB segment (a chunk made after the driver's pool, with a 12 MiB hole) to the
     2 MiB segments made after it, and the host allocator's `cudaHostAlloc` count; `item`: two

@@ -211,11 +211,15 @@ def _pin_memory(cap, func, args, kwargs):
 
 
 def _is_pinned(cap, func, args, kwargs):
-    """`is_pinned()`: no host memory is page-locked without a driver."""
+    """`is_pinned()`: the GPU asks the driver whether the data's address is page-locked
+    (`isPinnedPtr`, cudaPointerGetAttributes): the twin's page-locked blocks are ordinary host
+    memory, so a storage holding one of its host allocator's blocks (`_pinned`) is, any other is
+    not. `Tensor.pin_memory()` returns a pinned tensor itself (`if (self.is_pinned(device)) return
+    self;`, aten/src/ATen/native/Memory.cpp), without a second block."""
     t = args[0]
     if registered(t) or t.device.type != "cpu":
         return NotImplemented
-    return False
+    return cap.pinned.holds(t.untyped_storage())
 
 
 DISPATCH[aten._pin_memory.default] = _pin_memory
