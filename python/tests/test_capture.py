@@ -1989,6 +1989,31 @@ def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_ou
     assert lines[-1] == "True True 0 655360 131072 (64, 512) cuda"
 
 
+def test_aoti_folds_a_small_bias_and_a_scalar_parameter_into_its_kernels(tmp_script, tmp_path):
+    # GraphLowering.get_attr inlines a 1-d constant of at most 8 elements (`can_inline_constant`:
+    # `value.tolist()`) and a 0-d one (`value.item()`): the twin's simulated parameters reached
+    # those reads with the capture's modes off and the compile asked the host's CUDA ("Found no
+    # NVIDIA driver"): a classifier of 8 classes or a learned scale stopped aoti_compile_and_package
+    package = tmp_path / "head.pt2"
+    script = tmp_script(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.l, self.scale = torch.nn.Linear(64, 8), torch.nn.Parameter(torch.tensor(2.0))\n"
+        "    def forward(self, x):\n"
+        "        return self.l(x) * self.scale\n"
+        "m, x = M().cuda().eval(), torch.randn(16, 64, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
+        "y = torch._inductor.aoti_load_package(path)(x)\n"
+        "print(tuple(y.shape), y.device.type)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "(16, 8) cuda"
+
+
 def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blob(tmp_script, tmp_path):
     # `aot_inductor.weight_use_caching_allocator` compiles RAII_gpuMalloc as the caching allocator's
     # raw_alloc of the whole blob: each constant's storage rounded up to 64 bytes (model_base.h),

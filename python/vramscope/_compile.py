@@ -2262,12 +2262,49 @@ def _gpu_constant_lowered(original):
         from torch._inductor.virtualized import V
 
         value = _attr(self.module, target)
+        if V.aot_compilation and isinstance(value, torch.Tensor) and _tensor.is_ours(value):
+            inlined = _aoti_inlined_constant(self, target, value)
+            if inlined is not None:
+                return inlined
         gpu = getattr(value, _GPU_CONSTANT, None) if isinstance(value, torch.Tensor) else None
         if gpu is None or V.aot_compilation or value.dim() == 0 or self.can_inline_constant(value):
             return original(self, target, args, kwargs)
         return self.add_tensor_constant(gpu, target)
 
     return get_attr
+
+
+def _aoti_inlined_constant(graph, target, value):
+    """`GraphLowering.get_attr`'s constants that AOTInductor folds into its kernels rather than keep
+    (torch/_inductor/graph.py): a 0-d one as a `Constant` of `value.item()`, a 1-d one of at most 8
+    elements (`can_inline_constant`) through the `torch.tensor` lowering of `value.tolist()`; not
+    where the config or a mutation keeps every constant. On the GPU those reads copy the program's
+    parameter (a classifier's bias of 8 classes, a learned scalar) to the host; the twin's simulated
+    parameter gave its meta tensor to them with the capture's modes off, which asked the host's
+    CUDA ("Found no NVIDIA driver"). Its values are the twin's (zeros where it carries none, said
+    so); None where the original lowering keeps the constant."""
+    from torch._inductor import config
+    from torch._inductor import graph as inductor_graph
+
+    if value.dim() != 0 and not graph.can_inline_constant(value):
+        return None
+    if (
+        config.aot_inductor.use_runtime_constant_folding
+        or config.always_keep_tensor_constants
+        or inductor_graph.unsupported_output_tensor(value)
+        or target in graph.mutated_named_buffers
+    ):
+        return None
+    from . import _capture
+
+    host = _capture.current().value_of(value, "AOTInductor's folding of a small constant")
+    device = torch.device("cuda", 0)
+    with inductor_graph.no_dispatch():
+        if value.dim() == 0:
+            return inductor_graph.Constant(value=host.item(), dtype=value.dtype, device=device)
+        from torch._inductor.lowering import tensor
+
+        return tensor(host.tolist(), dtype=value.dtype, device=device)
 
 
 def _no_constant_moved_to_cuda(original):
