@@ -1141,6 +1141,21 @@ def test_torch_tensor_reads_cuda_tensors_in_its_data_on_the_host():
         assert torch.cuda.memory_allocated() - before == 512
 
 
+def test_torch_tensor_of_cuda_scalars_without_a_device_is_a_host_tensor():
+    # `torch.tensor([loss_a, loss_b])`: no device given, so a host tensor whose elements
+    # `recursive_store` reads on the host (the Python key excluded): the twin's meta tensors raised
+    # "Tensor.item() cannot be called on meta tensors"; a tensor itself stays on its device
+    with vramscope.capture():
+        a, b = torch.tensor(1.5, device="cuda"), torch.tensor(2.5, device="cuda")
+        before = torch.cuda.memory_allocated()
+        for f in (torch.tensor, torch.as_tensor, torch.asarray):
+            t = f([a, b])
+            assert t.device.type == "cpu" and t.tolist() == [1.5, 2.5]
+        assert torch.tensor(((a,), (3.0,)), dtype=torch.float64, device="cpu").tolist() == [[1.5], [3.0]]
+        assert torch.cuda.memory_allocated() == before
+        assert torch.as_tensor(a).device.type == "cuda"
+
+
 def test_jagged_nested_tensor_trains():
     # a jagged nested tensor over simulated values is a wrapper made on the meta device, as they
     # are, and reads as CUDA: made for cuda (its values' device), autograd took a real CUDA stream

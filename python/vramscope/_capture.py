@@ -1212,6 +1212,20 @@ def _host_data(cap, data):
     return data
 
 
+def _holds_ours(data) -> bool:
+    """Whether lists and tuples `data` hold a simulated tensor at any depth."""
+    for d in data:
+        kind = type(d)
+        if kind is float or kind is int or kind is bool:
+            continue  # (the common element, passed over first)
+        if kind is list or kind is tuple or isinstance(d, (list, tuple)):
+            if _holds_ours(d):
+                return True
+        elif is_ours(d):
+            return True
+    return False
+
+
 def _new_tensor(cap, func, args, kwargs):
     """`t.new_tensor(data)` onto the simulated GPU (`new_tensor` in torch/csrc/utils/tensor_new.cpp):
     `data` built on the host in t's dtype unless one is given, then copied, or a tensor `data` copied
@@ -1526,6 +1540,18 @@ class _FunctionMode(TorchFunctionMode):
             host = func(*args, **dict(kwargs, device="cpu"))
             out = torch.Tensor.to(host, "meta")
             return out.requires_grad_(True) if requires_grad else out
+        if (
+            name in ("tensor", "as_tensor", "asarray")
+            and args
+            and isinstance(args[0], (list, tuple))
+            and (dev is None or torch.device(dev).type == "cpu")
+            and _holds_ours(args[0])
+        ):
+            # torch.tensor([loss_a, loss_b]) of CUDA tensors: a host tensor whose elements
+            # `recursive_store` reads on the host (torch/csrc/utils/tensor_new.cpp), with the Python
+            # dispatch key excluded: the twin's meta tensors refused that read ("Tensor.item()
+            # cannot be called on meta tensors")
+            return self._call(func, (_host_data(cap, args[0]), *args[1:]), kwargs)
         if name == "to" and args and isinstance(args[0], torch.Tensor):
             rest = list(args[1:])
             positional = bool(rest) and not isinstance(rest[0], torch.Tensor) and _is_cuda(rest[0])
