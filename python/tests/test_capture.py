@@ -575,6 +575,24 @@ def test_a_host_parameter_takes_a_gpu_tensors_data():
         assert torch.cuda.memory_allocated() == 0
 
 
+def test_a_gpu_tensor_s_data_set_to_another_gpu_tensor_reads_its_values():
+    # `orig.data = weight.data` between two CUDA tensors (torch.nn.utils.prune's `remove`): the
+    # variable reads the new storage, so its values are the new tensor's, or unknown where that one
+    # carries none; the twin kept the old ones (a pruned weight read unpruned: 0.0 zeros, not 0.5)
+    import torch.nn.utils.prune as prune
+
+    with vramscope.capture():
+        lin = torch.nn.Linear(64, 64).cuda()
+        prune.l1_unstructured(lin, "weight", amount=0.5)
+        prune.remove(lin, "weight")
+        assert (lin.weight == 0).float().mean().item() == 0.5
+        p = torch.nn.Parameter(torch.zeros(3, device="cuda"))
+        p.data = torch.arange(3.0, device="cuda") * 2
+        assert p.tolist() == [0.0, 2.0, 4.0] and isinstance(p, torch.nn.Parameter)
+        p.data = torch.empty(1 << 20, device="cuda")  # no values carried: none kept
+        assert p.shape == (1 << 20,) and vramscope._tensor.value(p) is None
+
+
 def test_a_parameter_keeps_its_python_attributes_when_moved_to_the_gpu():
     # `module.to("cuda")` moves a CPU parameter by `param.data = ...` (VariableHooks::set_data: the
     # same PyObject, its `__dict__` untouched), as the state-spaces repository's S4D relies on:
