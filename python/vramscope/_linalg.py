@@ -747,7 +747,6 @@ def _linalg_lstsq(cap, func, args, kwargs):
         or a.dim() < 2
         or b.dim() != a.dim()
         or tuple(a.shape[:-2]) != tuple(b.shape[:-2])
-        or p.get("driver") not in (None, "gels")
         or a.dtype not in (torch.float32, torch.float64)
         or b.dtype != a.dtype
     ):
