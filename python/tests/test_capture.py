@@ -2405,6 +2405,24 @@ def test_compiled_optimizer_step_makes_its_states_on_the_twin():
     assert cap.report()["unmeasured"] == []
 
 
+def test_a_compiled_step_after_eager_steps_moves_each_host_step_to_the_gpu():
+    # an optimizer stepped eagerly keeps each `step` on the host; dynamo's `move_step_if_cpu` moves
+    # them to their parameters' device before `_init_group` (torch/_dynamo/variables/optimizer.py),
+    # with the mode stacks cleared: it asked the host's CUDA ("Found no NVIDIA driver"). A 512-byte
+    # block per parameter
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(256, 256).cuda()
+        opt = torch.optim.Adam(lin.parameters())
+        lin(torch.randn(8, 256, device="cuda")).sum().backward()
+        opt.step()
+        assert opt.state[lin.weight]["step"].device.type == "cpu"
+        before = torch.cuda.memory_allocated()
+        torch.compile(opt.step)()
+        assert [s["step"].device.type for s in opt.state.values()] == ["cuda", "cuda"]
+        assert torch.cuda.memory_allocated() - before == 2 * 512
+    assert cap.report()["unmeasured"] == []
+
+
 def test_compiled_optimizer_code_takes_the_foreach_path_of_cuda_parameters():
     # `_default_to_fused_or_foreach` (torch/optim/optimizer.py) reads the parameters' device, which
     # in dynamo's trace on the host is the host's: an Adam without `foreach` given took the

@@ -2655,6 +2655,27 @@ def _init_group_eagerly(original, cap):
     return call_method
 
 
+def _step_moved_eagerly(original, cap):
+    """dynamo's `OptimizerVariable.move_step_if_cpu` (torch/_dynamo/variables/optimizer.py), which
+    its `_init_group` call runs first: a state's host `step` (an optimizer stepped eagerly before
+    its step is compiled, or loaded from a state dict) moves to its parameter's device for real,
+    outside the trace: on the GPU a CUDA tensor per parameter. Under the twin it ran with dynamo's
+    mode stacks cleared and asked the host's CUDA ("Found no NVIDIA driver"); with the capture's
+    modes again, as `_init_group_eagerly`'s call, the copy is the twin's."""
+
+    def move_step_if_cpu(self):
+        if not TRACING[0]:
+            return original(self)
+        previous, TRACING[0] = TRACING[0], 0
+        try:
+            with cap._modes[0], cap._modes[1]:
+                return original(self)
+        finally:
+            TRACING[0] = previous
+
+    return move_step_if_cpu
+
+
 def patch(p, cap) -> None:
     """Install what compiling for the simulated GPU needs, for the capture's life. What patches
     Inductor's compiler (`torch._inductor.compile_fx` and the modules it imports, 0.9 s of CPU to
@@ -2739,6 +2760,7 @@ def patch(p, cap) -> None:
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
     p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
+    p.set(OptimizerVariable, "move_step_if_cpu", _step_moved_eagerly(OptimizerVariable.move_step_if_cpu, cap))
     from torch.optim import optimizer as optimizer_module
 
     for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices"):
