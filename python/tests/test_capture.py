@@ -7977,6 +7977,25 @@ def test_a_pinned_tensor_is_pinned_and_pinning_it_again_takes_no_block():
         assert torch.cuda.host_memory_stats()["num_host_alloc"] == 2
 
 
+def test_a_non_blocking_copy_to_the_host_is_page_locked():
+    # `_to_copy` (TensorConversions.cpp) pins the host output of a non-blocking copy from an
+    # accelerator (`pin_out`): a caching host allocator block (an offloaded KV cache's
+    # `.to("cpu", non_blocking=True)`); the twin made plain host memory. A blocking copy is not
+    with vramscope.capture(gpu="h200"):
+        small = torch.arange(8.0, device="cuda")
+        big = torch.empty(1 << 20, device="cuda")
+        s = small.to("cpu", non_blocking=True)
+        b = big.to("cpu", non_blocking=True)
+        assert s.is_pinned() and b.is_pinned() and s.tolist() == list(range(8))
+        assert not small.to("cpu").is_pinned() and not small.cpu().is_pinned()
+        stats = torch.cuda.host_memory_stats()
+        # (blocks of the power of two at or above the request: 32 bytes, 4 MiB)
+        assert stats["allocations.current"] == 2 and stats["allocated_bytes.current"] == 32 + (4 << 20)
+        del b
+        assert big.to("cpu", non_blocking=True).is_pinned()  # the freed block again
+        assert torch.cuda.host_memory_stats()["num_host_alloc"] == 2
+
+
 def _item_then_small_segments(item, cudnn=False):
     """MiB from a 500 MiB segment (a chunk made after the driver's pool, with a 12 MiB hole) to the
     2 MiB segments made after it, and the host allocator's `cudaHostAlloc` count; `item`: two
