@@ -1,8 +1,8 @@
 """API corners where session 81's helper oe changed the twin or left a question open: what the GPU
 answers (values, exception types and messages) and allocates. One line per check, `name: answer`;
 run under plain `python` on the GPU (a few seconds), and under `vramscope run --gpu h100` for the
-twin's lines. Checks 1-6 confirm the twin's changes on branch oe-s81 (the expected answer after
-each name, from PyTorch's source); 7-10 are open questions the twin does not model yet:
+twin's lines. Checks 1-7 confirm the twin's changes on branch oe-s81 (the expected answer after
+each name, from PyTorch's source); 8-10 are open questions the twin does not model yet:
   1 numpy: x.numpy() / np.asarray(x) of a CUDA tensor raise TypeError ("can't convert cuda:0 ...")
   2 lstsq_driver: linalg.lstsq(..., driver="gelsd") on CUDA raises RuntimeError (only gels)
   3 pinned: pin_memory() and empty(pin_memory=True) tensors are pinned; pin_memory() of a pinned
@@ -11,7 +11,7 @@ each name, from PyTorch's source); 7-10 are open questions the twin does not mod
   5 external_stream: torch.cuda.ExternalStream(ptr) of a pool stream shares its allocator pool
   6 library_cuda_kernel: a torch.library.impl(..., "cuda") Python kernel's temporary is allocated
   7 d2h_non_blocking: `.to("cpu", non_blocking=True)` of a CUDA tensor is pinned
-    (TensorConversions.cpp `_to_copy`'s pin_out): the twin makes plain host memory
+    (TensorConversions.cpp `_to_copy`'s pin_out), one more cudaHostAlloc; a blocking copy is not
   8 print: allocations a print of CUDA tensors makes (torch/_tensor_str.py runs masked_select,
     isfinite, ne, abs, min, max, cat/stack on the device): the twin's repr allocates nothing
   9 cuda1: a tensor on cuda:1 with one visible GPU (the twin folds every index to cuda:0)
