@@ -221,6 +221,31 @@ def test_products_of_operands_of_different_dtypes_raise_as_on_the_gpu():
         assert (x @ x).dtype == f32
 
 
+def test_numpy_of_a_cuda_tensor_raises_as_on_the_gpu():
+    # tensor_to_numpy (torch/csrc/utils/tensor_numpy.cpp) refuses a CUDA tensor, also through
+    # np.asarray (Tensor.__array__), and whether it requires grad or not: the twin read its values
+    # and went on; force=True copies to the host, and .cpu().numpy() is the host's
+    import numpy as np
+
+    cuda_msg = (
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+        "host memory first."
+    )
+    with vramscope.capture():
+        x = torch.arange(6.0, device="cuda")
+        w = torch.ones(3, device="cuda", requires_grad=True)
+        for f in (x.numpy, lambda: np.asarray(x), lambda: np.array(x, dtype=np.float64), w.numpy):
+            with pytest.raises(TypeError) as e:
+                f()
+            assert str(e.value) == cuda_msg
+        assert x.numpy(force=True).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert x.cpu().numpy().tolist() == x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        with pytest.raises(
+            TypeError, match=r"can't convert Sparse layout tensor to numpy\. Use Tensor\.to_dense"
+        ):
+            x.to_sparse().numpy(force=True)
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused
@@ -548,6 +573,24 @@ def test_a_host_parameter_takes_a_gpu_tensors_data():
         assert torch.cuda.memory_allocated() == 147456  # the parameter holds the storage now
         del conv, weight
         assert torch.cuda.memory_allocated() == 0
+
+
+def test_a_gpu_tensor_s_data_set_to_another_gpu_tensor_reads_its_values():
+    # `orig.data = weight.data` between two CUDA tensors (torch.nn.utils.prune's `remove`): the
+    # variable reads the new storage, so its values are the new tensor's, or unknown where that one
+    # carries none; the twin kept the old ones (a pruned weight read unpruned: 0.0 zeros, not 0.5)
+    import torch.nn.utils.prune as prune
+
+    with vramscope.capture():
+        lin = torch.nn.Linear(64, 64).cuda()
+        prune.l1_unstructured(lin, "weight", amount=0.5)
+        prune.remove(lin, "weight")
+        assert (lin.weight == 0).float().mean().item() == 0.5
+        p = torch.nn.Parameter(torch.zeros(3, device="cuda"))
+        p.data = torch.arange(3.0, device="cuda") * 2
+        assert p.tolist() == [0.0, 2.0, 4.0] and isinstance(p, torch.nn.Parameter)
+        p.data = torch.empty(1 << 20, device="cuda")  # no values carried: none kept
+        assert p.shape == (1 << 20,) and vramscope._tensor.value(p) is None
 
 
 def test_a_parameter_keeps_its_python_attributes_when_moved_to_the_gpu():
@@ -1114,6 +1157,21 @@ def test_torch_tensor_reads_cuda_tensors_in_its_data_on_the_host():
         deltas = torch.tensor([pos[0].max() + 1, pos[1].max() - 2], device="cuda")
         assert deltas.dtype == torch.int64 and deltas.tolist() == [8, 7]
         assert torch.cuda.memory_allocated() - before == 512
+
+
+def test_torch_tensor_of_cuda_scalars_without_a_device_is_a_host_tensor():
+    # `torch.tensor([loss_a, loss_b])`: no device given, so a host tensor whose elements
+    # `recursive_store` reads on the host (the Python key excluded): the twin's meta tensors raised
+    # "Tensor.item() cannot be called on meta tensors"; a tensor itself stays on its device
+    with vramscope.capture():
+        a, b = torch.tensor(1.5, device="cuda"), torch.tensor(2.5, device="cuda")
+        before = torch.cuda.memory_allocated()
+        for f in (torch.tensor, torch.as_tensor, torch.asarray):
+            t = f([a, b])
+            assert t.device.type == "cpu" and t.tolist() == [1.5, 2.5]
+        assert torch.tensor(((a,), (3.0,)), dtype=torch.float64, device="cpu").tolist() == [[1.5], [3.0]]
+        assert torch.cuda.memory_allocated() == before
+        assert torch.as_tensor(a).device.type == "cuda"
 
 
 def test_jagged_nested_tensor_trains():
@@ -1964,6 +2022,31 @@ def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_ou
     assert lines[-1] == "True True 0 655360 131072 (64, 512) cuda"
 
 
+def test_aoti_folds_a_small_bias_and_a_scalar_parameter_into_its_kernels(tmp_script, tmp_path):
+    # GraphLowering.get_attr inlines a 1-d constant of at most 8 elements (`can_inline_constant`:
+    # `value.tolist()`) and a 0-d one (`value.item()`): the twin's simulated parameters reached
+    # those reads with the capture's modes off and the compile asked the host's CUDA ("Found no
+    # NVIDIA driver"): a classifier of 8 classes or a learned scale stopped aoti_compile_and_package
+    package = tmp_path / "head.pt2"
+    script = tmp_script(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.l, self.scale = torch.nn.Linear(64, 8), torch.nn.Parameter(torch.tensor(2.0))\n"
+        "    def forward(self, x):\n"
+        "        return self.l(x) * self.scale\n"
+        "m, x = M().cuda().eval(), torch.randn(16, 64, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
+        "y = torch._inductor.aoti_load_package(path)(x)\n"
+        "print(tuple(y.shape), y.device.type)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "(16, 8) cuda"
+
+
 def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blob(tmp_script, tmp_path):
     # `aot_inductor.weight_use_caching_allocator` compiles RAII_gpuMalloc as the caching allocator's
     # raw_alloc of the whole blob: each constant's storage rounded up to 64 bytes (model_base.h),
@@ -2319,6 +2402,24 @@ def test_compiled_optimizer_step_makes_its_states_on_the_twin():
         state = opt.state[lin.weight]
         assert state["exp_avg"].device.type == "cuda" and state["step"].device.type == "cuda"
         assert torch.cuda.memory_allocated() - before == 2 * (256 * 1024 + 1024) + 2 * 512
+    assert cap.report()["unmeasured"] == []
+
+
+def test_a_compiled_step_after_eager_steps_moves_each_host_step_to_the_gpu():
+    # an optimizer stepped eagerly keeps each `step` on the host; dynamo's `move_step_if_cpu` moves
+    # them to their parameters' device before `_init_group` (torch/_dynamo/variables/optimizer.py),
+    # with the mode stacks cleared: it asked the host's CUDA ("Found no NVIDIA driver"). A 512-byte
+    # block per parameter
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(256, 256).cuda()
+        opt = torch.optim.Adam(lin.parameters())
+        lin(torch.randn(8, 256, device="cuda")).sum().backward()
+        opt.step()
+        assert opt.state[lin.weight]["step"].device.type == "cpu"
+        before = torch.cuda.memory_allocated()
+        torch.compile(opt.step)()
+        assert [s["step"].device.type for s in opt.state.values()] == ["cuda", "cuda"]
+        assert torch.cuda.memory_allocated() - before == 2 * 512
     assert cap.report()["unmeasured"] == []
 
 
@@ -4029,6 +4130,25 @@ def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     assert torch.Stream is torch._C.Stream
 
 
+def test_an_external_stream_wraps_its_pointer_and_shares_that_stream_s_pool():
+    # torch.cuda.ExternalStream (CuPy/JAX interop) subclasses the real torch.cuda.Stream, whose
+    # constructor asked the host's missing driver (AcceleratorError); getStreamFromExternal keeps the
+    # pointer, which the allocator keys its pools by: one of a twin stream's pointer is that stream
+    with vramscope.capture():
+        null = torch.cuda.ExternalStream(0)
+        assert isinstance(null, torch.cuda.Stream) and null.cuda_stream == 0
+        side = torch.cuda.Stream()
+        ext = torch.cuda.ExternalStream(side.cuda_stream)
+        with torch.cuda.stream(ext):
+            x = torch.empty(1 << 20, device="cuda")
+        del x
+        with torch.cuda.stream(side):
+            torch.empty(1 << 20, device="cuda")  # the freed block of the same stream's pool
+        assert torch.cuda.memory_reserved() == 20 * MIB
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    assert issubclass(torch.cuda.ExternalStream, torch._C._CudaStreamBase)  # restored
+
+
 def test_bce_with_logits_allocates_what_the_gpucounted():
     # blind6/f04's H200 per-op record of F.binary_cross_entropy_with_logits(x, t, reduction="sum"),
     # (768, 3, 128, 128) fp32: log_sigmoid(x) and (1 - t) at full size, the 0-dim sum, and the
@@ -5385,9 +5505,10 @@ def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
         return tmp + 1
 
     twice_plus.register_fake(lambda x: torch.empty_like(x))
-    lib = torch.library.Library("vs_test2", "DEF")  # an operator with a fake kernel only
-    lib.define("opaque(Tensor x) -> Tensor")
+    lib = torch.library.Library("vs_test2", "DEF")  # an operator with a fake kernel and a CUDA
+    lib.define("opaque(Tensor x) -> Tensor")  # kernel the twin cannot read, as an extension's
     torch.library.register_fake("vs_test2::opaque", lambda x: torch.empty_like(x), lib=lib)
+    lib.m.impl("opaque", "CUDA", lambda x: None, False)  # (past torch.library's Python registry)
     with vramscope.capture(gpu="h200") as cap:
         x = torch.empty(1 << 20, device="cuda")
         torch.cuda.reset_peak_memory_stats()
@@ -5397,6 +5518,45 @@ def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
         z = torch.ops.vs_test2.opaque(y)
         assert z.shape == y.shape and torch.cuda.memory_allocated() == 12 * MIB
     assert list(cap.unmeasured) == ["vs_test2::opaque (outside ATen: outputs from its fake kernel)"]
+
+
+def test_a_python_cuda_kernel_of_library_impl_runs_and_an_op_without_a_cuda_kernel_raises():
+    # torch.library.impl(qualname, "cuda") and Library.impl(name, fn, "CUDA") register Python
+    # kernels the GPU's dispatcher runs (torch/library.py keeps them in `_impls`), "default" one for
+    # every device (CompositeExplicitAutograd): the twin ran their fake kernels (the temporary
+    # inside not counted), or stopped where none was registered; an operator with no CUDA kernel (a
+    # fake one only, a custom_op for the CPU only) raises the dispatcher's NotImplementedError
+    lib = torch.library.Library("vs_test3", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.define("thrice(Tensor x) -> Tensor")
+    lib.define("fake_only(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: torch.cat([x, x]) * 2, "CUDA")  # 8 MiB temporary, no fake kernel
+    torch.library.impl("vs_test3::thrice", "default", lambda x: (x * 3) + 1, lib=lib)
+    torch.library.register_fake("vs_test3::fake_only", lambda x: torch.empty_like(x), lib=lib)
+
+    @torch.library.custom_op("vs_test3::host_only", mutates_args=(), device_types="cpu")
+    def host_only(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    host_only.register_fake(lambda x: torch.empty_like(x))
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(1 << 20, device="cuda")  # 4 MiB
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.ops.vs_test3.twice(x)
+        assert y.shape == (2 << 20,) and torch.cuda.memory_allocated() == 12 * MIB
+        assert torch.cuda.max_memory_allocated() == 20 * MIB
+        del y
+        torch.cuda.reset_peak_memory_stats()
+        z = torch.ops.vs_test3.thrice(x)
+        assert z.shape == x.shape and torch.cuda.max_memory_allocated() == 12 * MIB
+        for op in (torch.ops.vs_test3.fake_only, host_only):
+            with pytest.raises(
+                NotImplementedError,
+                match=r"^Could not run 'vs_test3::\w+' with arguments from the 'CUDA' backend",
+            ):
+                op(x)
+        assert host_only(torch.zeros(2)).tolist() == [1.0, 1.0]
+    assert not cap.unmeasured
 
 
 def test_a_functional_stand_ins_argument_temporaries_die_left_to_right():
@@ -7801,6 +7961,39 @@ def test_host_memory_stats_count_the_caching_host_allocator_s_blocks():
         torch.cuda.memory.reset_accumulated_host_memory_stats()
         s = torch.cuda.host_memory_stats()
         assert s["allocated_bytes.peak"] == 0 and s["num_host_alloc"] == 0
+
+
+def test_a_pinned_tensor_is_pinned_and_pinning_it_again_takes_no_block():
+    # `is_pinned()` asks the driver (isPinnedPtr): the twin answered False for its own page-locked
+    # blocks, so `pin_memory()` of a pinned tensor (which returns it: Memory.cpp's
+    # `if (self.is_pinned(device)) return self;`) copied it into a second block
+    with vramscope.capture(gpu="h200"):
+        torch.zeros(1, device="cuda")
+        p = torch.empty(100_000, dtype=torch.uint8).pin_memory()
+        e = torch.empty(1000, pin_memory=True)
+        assert p.is_pinned() and p[10:].is_pinned() and e.is_pinned()
+        assert not torch.empty(10).is_pinned() and not torch.empty(0, pin_memory=True).is_pinned()
+        assert p.pin_memory() is p
+        assert torch.cuda.host_memory_stats()["num_host_alloc"] == 2
+
+
+def test_a_non_blocking_copy_to_the_host_is_page_locked():
+    # `_to_copy` (TensorConversions.cpp) pins the host output of a non-blocking copy from an
+    # accelerator (`pin_out`): a caching host allocator block (an offloaded KV cache's
+    # `.to("cpu", non_blocking=True)`); the twin made plain host memory. A blocking copy is not
+    with vramscope.capture(gpu="h200"):
+        small = torch.arange(8.0, device="cuda")
+        big = torch.empty(1 << 20, device="cuda")
+        s = small.to("cpu", non_blocking=True)
+        b = big.to("cpu", non_blocking=True)
+        assert s.is_pinned() and b.is_pinned() and s.tolist() == list(range(8))
+        assert not small.to("cpu").is_pinned() and not small.cpu().is_pinned()
+        stats = torch.cuda.host_memory_stats()
+        # (blocks of the power of two at or above the request: 32 bytes, 4 MiB)
+        assert stats["allocations.current"] == 2 and stats["allocated_bytes.current"] == 32 + (4 << 20)
+        del b
+        assert big.to("cpu", non_blocking=True).is_pinned()  # the freed block again
+        assert torch.cuda.host_memory_stats()["num_host_alloc"] == 2
 
 
 def _item_then_small_segments(item, cudnn=False):

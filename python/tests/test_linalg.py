@@ -971,6 +971,19 @@ def test_lstsq_gels_and_pinv_of_a_tall_matrix():
     assert not cap.unmeasured
 
 
+def test_lstsq_of_a_driver_other_than_gels_raises_on_cuda():
+    # `get_default_lstsq_driver` (BatchLinearAlgebra.cpp) takes only gels on CUDA (PyTorch's
+    # test_linalg `test_linalg_lstsq_input_checks`): the twin ran gelsd on the host and went on
+    with vramscope.capture(gpu="h100") as cap:
+        a, b = torch.randn(50, 10, device="cuda"), torch.randn(50, 3, device="cuda")
+        for driver in ("gelsd", "gelsy", "gelss", "fictitious"):
+            with pytest.raises(RuntimeError, match="`driver` other than `gels` is not supported on CUDA"):
+                torch.linalg.lstsq(a, b, driver=driver)
+        assert torch.linalg.lstsq(a, b, driver="GELS").solution.shape == (10, 3)
+        assert not any("no meta kernel" in u for u in cap.unmeasured)  # the rule, lower-cased too
+        assert torch.linalg.lstsq(a[:5], b[:5]).solution.shape == (10, 3)
+
+
 def test_pinv_frees_its_locals_as_cpp_destroys_them():
     # dm06's H200 history of pinv(16,384 x 2,049 float32): after the product, V * S_pinv, then
     # S_pseudoinv, tol, the svd's U, S, Vh and get_atol_rtol's atol, rtol

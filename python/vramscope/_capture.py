@@ -633,39 +633,44 @@ _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 def no_cuda_kernel(func) -> bool:
-    """Whether aten op `func` has no kernel at the CUDA key in the dispatcher's computed table (the
-    CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`)."""
+    """Whether op `func` has no kernel at the CUDA key in the dispatcher's computed table: an aten
+    op (the CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`), or one
+    outside the namespaces the twin handles itself (`_custom.KNOWN_NAMESPACES`): a program's
+    operator with a fake kernel and no CUDA one, a `custom_op` of `device_types="cpu"`, the host's
+    `quantized::` and `mkldnn::` kernels."""
     try:
         return func._vramscope_no_cuda_kernel
     except AttributeError:
+        if not isinstance(func, torch._ops.OpOverload):
+            return False
         name = func.name()
+        ns = func.namespace
         return _kept(
             func,
             "_vramscope_no_cuda_kernel",
-            func.namespace == "aten"
-            and "_for_cpu" not in name
+            ((ns == "aten" and "_for_cpu" not in name) or ns not in _custom.KNOWN_NAMESPACES)
             and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA"),
         )
 
 
 def _refuse_without_cuda_kernel(func, args, kwargs) -> None:
-    """The GPU's dispatcher error for an aten op on dense CUDA tensors (or a factory for `cuda`)
-    whose CUDA key has no kernel in the dispatcher's computed table: no kernel of its own and no
-    composite (c10's OperatorEntry::reportError; torch 2.11: `histogram`, `histogramdd`'s
-    `_histogramdd_*`, `_add_relu`, `narrow_copy.out`, `slow_conv3d_forward`, `from_file`, the CPU
-    int4 and mkldnn ops; validation/dispatch_audit.py lists them). The meta kernel the twin runs
-    would give sizes and the program would go on. The op is redispatched at the CUDA key alone,
-    which has nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested
-    tensors dispatch at their own keys; a tensor subclass handles the op before the mode; the twin's
-    own rules come first (its dense stand-in for a nested tensor, `_vs_nested`, takes
-    `to_padded_tensor`'s NestedTensorCUDA rule, `_attention`), and the stand-in is let pass.
-    Compiled code too: a compiled graph's op with no lowering is a fallback kernel that calls the
-    aten op (`make_fallback`, implicit fallbacks: torch/_inductor/graph.py), aot_eager's graphs
-    run their aten ops, and the code between graphs runs eagerly; ops with no meta kernel break
-    the graph when traced (`_compile._fallback_as_on_cuda`). Not the CPU's own kernels
-    (`..._for_cpu`): graphs traced on the host may hold the host's kernel choices where the GPU's
-    hold its own (before `_compile._SDPA_CALLERS`, `_scaled_dot_product_flash_attention_for_cpu`
-    in AOTAutograd's trace through `F.multi_head_attention_forward`)."""
+    """The GPU's dispatcher error for an op (aten, or a program's own: `no_cuda_kernel`) on dense CUDA tensors
+    (or a factory for `cuda`) whose CUDA key has no kernel in the dispatcher's computed table: no kernel
+    of its own and no composite (c10's OperatorEntry::reportError; torch 2.11: `histogram`,
+    `histogramdd`'s `_histogramdd_*`, `_add_relu`, `narrow_copy.out`, `slow_conv3d_forward`, `from_file`,
+    the CPU int4 and mkldnn ops; validation/dispatch_audit.py lists them). The meta kernel the twin runs
+    would give sizes and the program would go on. The op is redispatched at the CUDA key alone, which has
+    nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested tensors dispatch
+    at their own keys; a tensor subclass handles the op before the mode; the twin's own rules come first
+    (its dense stand-in for a nested tensor, `_vs_nested`, takes `to_padded_tensor`'s NestedTensorCUDA
+    rule, `_attention`), and the stand-in is let pass. Compiled code too: a compiled graph's op with no
+    lowering is a fallback kernel that calls the aten op (`make_fallback`, implicit fallbacks:
+    torch/_inductor/graph.py), aot_eager's graphs run their aten ops, and the code between graphs runs
+    eagerly; ops with no meta kernel break the graph when traced (`_compile._fallback_as_on_cuda`). Not
+    the CPU's own kernels (`..._for_cpu`): graphs traced on the host may hold the host's kernel choices
+    where the GPU's hold its own (before `_compile._SDPA_CALLERS`,
+    `_scaled_dot_product_flash_attention_for_cpu` in AOTAutograd's trace through
+    `F.multi_head_attention_forward`)."""
     if not no_cuda_kernel(func) or not _on_device(args, kwargs):
         return
     if any(
@@ -1208,6 +1213,20 @@ def _host_data(cap, data):
     return data
 
 
+def _holds_ours(data) -> bool:
+    """Whether lists and tuples `data` hold a simulated tensor at any depth."""
+    for d in data:
+        kind = type(d)
+        if kind is float or kind is int or kind is bool:
+            continue  # (the common element, passed over first)
+        if kind is list or kind is tuple or isinstance(d, (list, tuple)):
+            if _holds_ours(d):
+                return True
+        elif is_ours(d):
+            return True
+    return False
+
+
 def _new_tensor(cap, func, args, kwargs):
     """`t.new_tensor(data)` onto the simulated GPU (`new_tensor` in torch/csrc/utils/tensor_new.cpp):
     `data` built on the host in t's dtype unless one is given, then copied, or a tensor `data` copied
@@ -1522,6 +1541,18 @@ class _FunctionMode(TorchFunctionMode):
             host = func(*args, **dict(kwargs, device="cpu"))
             out = torch.Tensor.to(host, "meta")
             return out.requires_grad_(True) if requires_grad else out
+        if (
+            name in ("tensor", "as_tensor", "asarray")
+            and args
+            and isinstance(args[0], (list, tuple))
+            and (dev is None or torch.device(dev).type == "cpu")
+            and _holds_ours(args[0])
+        ):
+            # torch.tensor([loss_a, loss_b]) of CUDA tensors: a host tensor whose elements
+            # `recursive_store` reads on the host (torch/csrc/utils/tensor_new.cpp), with the Python
+            # dispatch key excluded: the twin's meta tensors refused that read ("Tensor.item()
+            # cannot be called on meta tensors")
+            return self._call(func, (_host_data(cap, args[0]), *args[1:]), kwargs)
         if name == "to" and args and isinstance(args[0], torch.Tensor):
             rest = list(args[1:])
             positional = bool(rest) and not isinstance(rest[0], torch.Tensor) and _is_cuda(rest[0])
@@ -1541,6 +1572,7 @@ class _FunctionMode(TorchFunctionMode):
                     return self._call(func, (args[0],), kw) if ("dtype" in kw or kw.get("copy")) else args[0]
                 return self._call(func, (args[0], "meta"), kw)
         if name in _READS and args and is_ours(args[0]):
+            _refuse_numpy(name, args[0], kwargs)
             value = cap.value_of(args[0], f".{name}()")
             return getattr(value.contiguous(), name)(*args[1:], **kwargs)
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
@@ -1549,6 +1581,33 @@ class _FunctionMode(TorchFunctionMode):
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return torch.Tensor.to(args[0], "meta", **keep)
         return self._call(func, args, kwargs)
+
+
+def _refuse_numpy(name, t, kwargs) -> None:
+    """The GPU's error for `numpy()` of a CUDA tensor, and for `np.asarray(t)` (`Tensor.__array__`
+    calls `self.numpy()`, torch/_tensor.py): `tensor_to_numpy` (torch/csrc/utils/tensor_numpy.cpp)
+    refuses a layout other than strided, then, unless `force=True`, any device but the CPU, both
+    as TypeError, before its requires-grad check (the messages as torch 2.11 gives them for a meta
+    tensor, with the device read as `cuda:0`)."""
+    if name == "tolist":
+        return
+    with torch._C.DisableTorchFunction():
+        layout = t.layout
+    if layout is not torch.strided:
+        kind = {_COO_LAYOUT: "Sparse", torch.sparse_csr: "SparseCsr", torch.sparse_csc: "SparseCsc"}
+        kind.update({torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc"})
+        raise TypeError(
+            f"can't convert {kind.get(layout, layout)} layout tensor to numpy. Use Tensor.to_dense() first."
+        )
+    if name == "numpy" and kwargs.get("force"):
+        return
+    raise TypeError(
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+        "host memory first."
+    )
+
+
+_COO_LAYOUT = torch.sparse_coo
 
 
 def _rewrapped_numbers(func, args):
@@ -4385,8 +4444,7 @@ class Capture:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if is_aten:
-            _refuse_without_cuda_kernel(func, args, kwargs)
+        _refuse_without_cuda_kernel(func, args, kwargs)
         if not is_aten:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:

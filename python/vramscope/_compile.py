@@ -2262,12 +2262,49 @@ def _gpu_constant_lowered(original):
         from torch._inductor.virtualized import V
 
         value = _attr(self.module, target)
+        if V.aot_compilation and isinstance(value, torch.Tensor) and _tensor.is_ours(value):
+            inlined = _aoti_inlined_constant(self, target, value)
+            if inlined is not None:
+                return inlined
         gpu = getattr(value, _GPU_CONSTANT, None) if isinstance(value, torch.Tensor) else None
         if gpu is None or V.aot_compilation or value.dim() == 0 or self.can_inline_constant(value):
             return original(self, target, args, kwargs)
         return self.add_tensor_constant(gpu, target)
 
     return get_attr
+
+
+def _aoti_inlined_constant(graph, target, value):
+    """`GraphLowering.get_attr`'s constants that AOTInductor folds into its kernels rather than keep
+    (torch/_inductor/graph.py): a 0-d one as a `Constant` of `value.item()`, a 1-d one of at most 8
+    elements (`can_inline_constant`) through the `torch.tensor` lowering of `value.tolist()`; not
+    where the config or a mutation keeps every constant. On the GPU those reads copy the program's
+    parameter (a classifier's bias of 8 classes, a learned scalar) to the host; the twin's simulated
+    parameter gave its meta tensor to them with the capture's modes off, which asked the host's
+    CUDA ("Found no NVIDIA driver"). Its values are the twin's (zeros where it carries none, said
+    so); None where the original lowering keeps the constant."""
+    from torch._inductor import config
+    from torch._inductor import graph as inductor_graph
+
+    if value.dim() != 0 and not graph.can_inline_constant(value):
+        return None
+    if (
+        config.aot_inductor.use_runtime_constant_folding
+        or config.always_keep_tensor_constants
+        or inductor_graph.unsupported_output_tensor(value)
+        or target in graph.mutated_named_buffers
+    ):
+        return None
+    from . import _capture
+
+    host = _capture.current().value_of(value, "AOTInductor's folding of a small constant")
+    device = torch.device("cuda", 0)
+    with inductor_graph.no_dispatch():
+        if value.dim() == 0:
+            return inductor_graph.Constant(value=host.item(), dtype=value.dtype, device=device)
+        from torch._inductor.lowering import tensor
+
+        return tensor(host.tolist(), dtype=value.dtype, device=device)
 
 
 def _no_constant_moved_to_cuda(original):
@@ -2618,6 +2655,27 @@ def _init_group_eagerly(original, cap):
     return call_method
 
 
+def _step_moved_eagerly(original, cap):
+    """dynamo's `OptimizerVariable.move_step_if_cpu` (torch/_dynamo/variables/optimizer.py), which
+    its `_init_group` call runs first: a state's host `step` (an optimizer stepped eagerly before
+    its step is compiled, or loaded from a state dict) moves to its parameter's device for real,
+    outside the trace: on the GPU a CUDA tensor per parameter. Under the twin it ran with dynamo's
+    mode stacks cleared and asked the host's CUDA ("Found no NVIDIA driver"); with the capture's
+    modes again, as `_init_group_eagerly`'s call, the copy is the twin's."""
+
+    def move_step_if_cpu(self):
+        if not TRACING[0]:
+            return original(self)
+        previous, TRACING[0] = TRACING[0], 0
+        try:
+            with cap._modes[0], cap._modes[1]:
+                return original(self)
+        finally:
+            TRACING[0] = previous
+
+    return move_step_if_cpu
+
+
 def patch(p, cap) -> None:
     """Install what compiling for the simulated GPU needs, for the capture's life. What patches
     Inductor's compiler (`torch._inductor.compile_fx` and the modules it imports, 0.9 s of CPU to
@@ -2702,6 +2760,7 @@ def patch(p, cap) -> None:
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
     p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
+    p.set(OptimizerVariable, "move_step_if_cpu", _step_moved_eagerly(OptimizerVariable.move_step_if_cpu, cap))
     from torch.optim import optimizer as optimizer_module
 
     for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices"):

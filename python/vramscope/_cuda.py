@@ -211,6 +211,20 @@ class Stream:
         cap.current_stream_obj.pop()
 
 
+@_named_as("torch.cuda.streams", "ExternalStream")
+class ExternalStream(Stream):
+    """A stand-in for `torch.cuda.ExternalStream(stream_ptr)`, a stream made elsewhere (CuPy's, a
+    JAX interop's): `getStreamFromExternal` (c10/cuda/CUDAStream.cpp) wraps the pointer as it is,
+    takes no stream of the pool, and the allocator keys its pools by that pointer (`stream()`), so
+    the null pointer is the default stream's. The real class subclasses the real `torch.cuda.Stream`,
+    whose constructor asks the driver the twin's host does not have."""
+
+    def __init__(self, stream_ptr, device=None, **kwargs):
+        self.stream_id = self.cuda_stream = int(stream_ptr)
+        self.device = CUDA0
+        self.priority = 0
+
+
 def _default_stream() -> Stream:
     """`torch.cuda.default_stream()`: a `Stream` of id 0 (the legacy default stream's null handle),
     made without taking a pool's stream."""
@@ -465,6 +479,7 @@ def patch(cap) -> _Patch:
     for owner in (cuda, cuda.streams):
         # the class a pickle of `type(stream)` looks up by its module and name
         p.set(owner, "Stream", Stream)
+        p.set(owner, "ExternalStream", ExternalStream)
         p.set(owner, "Event", Event)
     p.set(cuda, "current_stream", lambda device=None: cap.current_stream_obj[-1])
     p.set(cuda, "default_stream", lambda device=None: default_stream)

@@ -182,6 +182,17 @@ class PinnedHost:
                 self.block_bytes.decrease(size)
         self.free.clear()
 
+    def holds(self, storage) -> bool:
+        """Whether `storage` (a host storage) holds one of the blocks."""
+        ptr = storage.data_ptr()
+        if ptr == 0:
+            return False
+        for ref in list(self.held.values()):
+            held = ref()
+            if held is not None and held.data_ptr() == ptr:
+                return True
+        return False
+
     def held_pointers(self) -> set[int]:
         """The data pointers of the storages holding a block now."""
         out = set()

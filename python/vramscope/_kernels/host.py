@@ -120,26 +120,27 @@ def _to_copy(cap, func, args, kwargs):
         stride = list(src.stride()) if keep else torch.empty(shape, device="meta").stride()
         if fmt is torch.channels_last and src.dim() == 4:
             stride = torch.empty(shape, device="meta").to(memory_format=fmt).stride()
-        _d2h_staging(
-            cap,
-            shape,
-            stride,
-            kwargs.get("dtype") or src.dtype,
-            src,
-            bool(kwargs.get("non_blocking", False)),
-            "aten::_to_copy",
-        )
+        non_blocking = bool(kwargs.get("non_blocking", False))
         known = cap.value_of(src, "a copy to the host")
         plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
         if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > HOST_VALUE_LIMIT:
             # laid out as the copy's strides (preserve_format keeps a dense tensor's: empty_like)
             zeros = _hostmem.zeros([src.numel()], kwargs.get("dtype") or src.dtype)
-            return zeros.as_strided(shape, stride)
-        out = aten._to_copy.default(known, **kwargs)
-        if keep and not kwargs.get("pin_memory") and list(out.stride()) != stride:
-            # the known value (zeros expanded, or values of another layout) copied into the strides
-            # a dense source keeps (`_to_copy`'s empty_like under preserve_format, TensorConversions.cpp)
-            out = torch.empty_strided(shape, stride, dtype=out.dtype).copy_(out)
+            out = zeros.as_strided(shape, stride)
+        else:
+            out = aten._to_copy.default(known, **kwargs)
+            if keep and not kwargs.get("pin_memory") and list(out.stride()) != stride:
+                # the known value (zeros expanded, or values of another layout) copied into the strides
+                # a dense source keeps (`_to_copy`'s empty_like under preserve_format, TensorConversions.cpp)
+                out = torch.empty_strided(shape, stride, dtype=out.dtype).copy_(out)
+        if non_blocking and not kwargs.get("pin_memory") and out.layout == torch.strided:
+            # `_to_copy` (TensorConversions.cpp) makes the host output of a non-blocking copy from
+            # an accelerator page-locked (`pin_out`), before the copy: a block of the caching host
+            # allocator (`_pinned`), which `is_pinned()` reads
+            cap.pinned.allocate(cap, out.untyped_storage())
+        _d2h_staging(
+            cap, shape, stride, kwargs.get("dtype") or src.dtype, src, non_blocking, "aten::_to_copy"
+        )
         return out
     if (
         to_device
@@ -211,11 +212,15 @@ def _pin_memory(cap, func, args, kwargs):
 
 
 def _is_pinned(cap, func, args, kwargs):
-    """`is_pinned()`: no host memory is page-locked without a driver."""
+    """`is_pinned()`: the GPU asks the driver whether the data's address is page-locked
+    (`isPinnedPtr`, cudaPointerGetAttributes): the twin's page-locked blocks are ordinary host
+    memory, so a storage holding one of its host allocator's blocks (`_pinned`) is, any other is
+    not. `Tensor.pin_memory()` returns a pinned tensor itself (`if (self.is_pinned(device)) return
+    self;`, aten/src/ATen/native/Memory.cpp), without a second block."""
     t = args[0]
     if registered(t) or t.device.type != "cpu":
         return NotImplemented
-    return False
+    return cap.pinned.holds(t.untyped_storage())
 
 
 DISPATCH[aten._pin_memory.default] = _pin_memory

@@ -136,6 +136,20 @@ def _set_data(cap, func, args, kwargs):
         _carry_values(var, new)
         return out
     if (
+        isinstance(var, torch.Tensor)
+        and isinstance(new, torch.Tensor)
+        and registered(var)
+        and registered(new)
+    ):
+        # both on the simulated device: `var` reads `new`'s storage, so it carries `new`'s values
+        # (the same host tensor, aliased as the storages are), or none where `new` carries none.
+        # It kept its own: torch.nn.utils.prune's `remove` (`orig.data = weight.data`) left a
+        # pruned weight reading unpruned
+        out = func(var, new)
+        _tensor.set_value(var, _tensor.value(new), _tensor.assumed(new))
+        _tensor.set_standin(var, _tensor.standin(new))
+        return out
+    if (
         not isinstance(var, torch.Tensor)
         or not isinstance(new, torch.Tensor)
         or not registered(new)
