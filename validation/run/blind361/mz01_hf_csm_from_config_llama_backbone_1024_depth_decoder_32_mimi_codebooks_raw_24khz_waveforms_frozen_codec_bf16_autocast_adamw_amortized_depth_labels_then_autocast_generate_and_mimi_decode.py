@@ -11,13 +11,15 @@ with `depth_decoder_labels_ratio=0.25` three quarters of the frames (a seeded ho
 trained only through the backbone's first codebook (CSM's compute amortization).
 
 Phases: 0 the model in fp32, codec frozen; 1 three AdamW steps under bf16 autocast over 8 conversations of 24
-text tokens + 8 s of audio (100 frames); 2 the model cast to bf16, `inference_mode`, greedy `generate()` of 32
-audio frames (every frame: one backbone step, then the depth decoder's own generate of 31 codebooks) for 2
-prompts of context audio (4 s) plus new text; 3 the same with `output_audio=True`, the codes decoded to
-waveforms by Mimi, for 3 prompts (codebook ids past Mimi's 2,048 codes suppressed in the backbone and the
-depth decoder: `suppress_tokens`, `depth_decoder_suppress_tokens`). Seeded; the only value-dependent size is
-CSM's end-of-audio check (all codebooks 0), which random weights do not meet, so every generation runs its 32
-frames."""
+text tokens + 8 s of audio (100 frames); 2 the fp32 model under bf16 autocast, `inference_mode`, greedy
+`generate()` of 32 audio frames (every frame: one backbone step, then the depth decoder's own generate of 31
+codebooks) for 2 prompts of context audio (4 s) plus new text; 3 the same with `output_audio=True`, the codes
+decoded to waveforms by Mimi, for 3 prompts (codebook ids past Mimi's 2,048 codes suppressed in the backbone
+and the depth decoder: `suppress_tokens`, `depth_decoder_suppress_tokens`). The model is not cast to bf16 for
+generation: Mimi caches its codebooks in fp32 at the first encode (`MimiEuclideanCodebook._embed`, which
+`.to(torch.bfloat16)` does not convert), and transformers 5.17's Mimi decode then feeds fp32 into its bf16
+convolutions and raises. Seeded; the only value-dependent size is CSM's end-of-audio check (all codebooks 0),
+which random weights do not meet, so every generation runs its 32 frames."""
 
 import os
 
@@ -136,27 +138,29 @@ report(f"phase1 bf16 autocast adamw, {B1} conversations of {TEXT} text tokens + 
 
 del optimizer, trainable
 model.eval()
-model.to(torch.bfloat16 if cuda else torch.float32)
-dtype = torch.bfloat16 if cuda else torch.float32
-with torch.inference_mode():
+# fp32 weights under bf16 autocast: a cast of the model to bf16 here would leave Mimi's codebooks as the fp32
+# tensors its first encode cached (MimiEuclideanCodebook._embed, a plain attribute `.to()` does not convert),
+# and Mimi's decode would feed fp32 into its bf16 convolution (transformers 5.17: a dtype error)
+autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=cuda)
+with torch.inference_mode(), autocast:
     ids, values, cutoffs = conversation(B2, TEXT, SECONDS2, new_text=TEXT)
     codes = model.generate(
         input_ids=ids.to(device),
-        input_values=values.to(device, dtype),
+        input_values=values.to(device),
         input_values_cutoffs=cutoffs.to(device),
         max_new_tokens=NEW,
         do_sample=False,
         depth_decoder_do_sample=False,
     )
     print(f"generated codes {tuple(codes.shape)}")
-report(f"phase2 bf16 inference_mode greedy generate {NEW} frames x 32 codebooks, {B2} prompts")
+report(f"phase2 bf16 autocast inference_mode greedy generate {NEW} frames x 32 codebooks, {B2} prompts")
 
 del codes
-with torch.inference_mode():
+with torch.inference_mode(), autocast:
     ids, values, cutoffs = conversation(B3, TEXT, SECONDS2, new_text=TEXT)
     audio = model.generate(
         input_ids=ids.to(device),
-        input_values=values.to(device, dtype),
+        input_values=values.to(device),
         input_values_cutoffs=cutoffs.to(device),
         max_new_tokens=NEW,
         do_sample=False,
