@@ -9123,3 +9123,23 @@ def test_an_nccl_group_made_at_init_takes_the_stream_pools_once(tmp_script):
     status, lines, _, err = run_script(script)
     assert status == 0, err
     assert lines == [f"{70 * MIB} 0"]
+
+
+def test_a_choice_over_a_vocabulary_with_suppressed_tokens_still_lands_on_an_ordinary_token():
+    # blind361/mz01: CSM's generate with `suppress_tokens` (transformers' SuppressTokensLogitsProcessor:
+    # `torch.where(mask, -inf, scores)`) over stand-in logits of 2,051 codebook ids; the row no longer
+    # tied everywhere and took id 0, which generation_csm.py reads as the end of audio. A row whose
+    # golden-section choice ties with its best takes it; one where that token itself is suppressed
+    # keeps the computed choice
+    vocab = 2051
+    with vramscope.capture(gpu="h100"):
+        logits = torch.empty(2, 64, device="cuda") @ torch.empty(64, vocab, device="cuda")
+        suppress = torch.isin(
+            torch.arange(vocab, device="cuda"), torch.tensor([2048, 2049, 2050], device="cuda")
+        )
+        scores = torch.where(suppress, -float("inf"), logits)
+        golden = int(vocab * 0.6180339887)
+        assert scores.argmax(-1).tolist() == [golden, golden]
+        assert torch.topk(scores, 2).indices.tolist() == [[golden, golden + 1]] * 2
+        banned = torch.where(torch.arange(vocab, device="cuda") == golden, -float("inf"), logits)
+        assert banned.argmax(-1).tolist() == [0, 0]

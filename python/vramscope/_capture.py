@@ -2795,6 +2795,15 @@ def _spread_choices(func, args, kwargs, vals):
     xv = _on_cpu(x)
     tied = (xv == xv.narrow(dim, 0, 1)).all(dim, keepdim=True)
     computed = index if keep else index.unsqueeze(dim)
+    if n > SPREAD_LIMIT:
+        # a vocabulary of stand-ins some of whose tokens a logits processor set to a known lower
+        # value (transformers' SuppressTokensLogitsProcessor, MinNewTokensLengthLogitsProcessor's
+        # end token: `torch.where(mask, -inf, scores)`) still ties among the rest: its row takes the
+        # golden-section choice where that ties with the best, as an unsuppressed row does, not
+        # the first tied token (CSM's codebook 0, which generation_csm.py reads as the end of audio
+        # in every codebook: blind361/mz01 ended after one frame and Mimi decoded zero frames)
+        best = torch.gather(xv, dim, computed.to(torch.long))
+        tied = tied | (torch.gather(xv, dim, spread.to(torch.long)) == best).all(dim, keepdim=True)
     spread = torch.where(tied, spread, computed.to(spread.dtype))
     if func is aten.argmax.default:
         return [spread if keep else spread.squeeze(dim)]
