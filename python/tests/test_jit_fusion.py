@@ -184,3 +184,30 @@ def test_a_new_shape_runs_the_forward_executors_fallback_and_a_retained_graph_ba
         torch.cuda.memory._record_memory_history(enabled=None)
     assert fwd[3] == ["+sub", "+pow", "+mul", "+add", "+div", "-1", "-2", "-4"]
     assert fwd[4][:7] == ["+sub"] + ["+TensorExprGroup"] * 6
+
+
+ERF_PROBE = ROOT / "validation" / "run" / "probes" / "od81_jit_autodiff_fusion_probe_h100.out"
+
+
+def test_an_erf_bias_gelu_fuses_as_on_the_h100():
+    # NNC fuses erf on CUDA only (`gpu_only_operator_set`); the H100 probe: the erf form of a
+    # bias-GELU profiles once (6 allocations) then runs as one kernel (1), in float32 and bfloat16
+    want = {}
+    for line in ERF_PROBE.read_text().splitlines():
+        m = re.match(r"bias_gelu_erf (\w+) call (\d) allocs=(\d+)", line)
+        if m:
+            want.setdefault(m.group(1), []).append(int(m.group(3)))
+    assert want == {"float32": [6, 1, 1], "bfloat16": [6, 1, 1]}
+
+    @torch.jit.script
+    def bias_gelu_erf(bias, y):
+        x = bias + y
+        return x * 0.5 * (1.0 + torch.erf(x * 0.70710678))
+
+    got = {}
+    with vramscope.capture(gpu="h100"), torch.no_grad():
+        for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+            bias = torch.randn(4096, device="cuda", dtype=dtype)
+            y = torch.randn(512, 4096, device="cuda", dtype=dtype)
+            got[name] = [_allocs(lambda y, bias=bias: bias_gelu_erf(bias, y), y) for _ in range(3)]
+    assert got == want
