@@ -3,6 +3,7 @@ CUDA tensors are meta: the twin applies the rewrite such a check would let throu
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -328,6 +329,30 @@ def _gpu_ops_as_cpu(graph):
     return graph
 
 
+@contextlib.contextmanager
+def _host_passes(*modes):
+    """TorchScript's executor on host stand-ins: the twin's modes and CPU autocast off (with `modes`
+    entered too), NNC's CPU fusion allowed without LLVM (`_jit_override_can_fuse_on_cpu`,
+    `_jit_set_te_must_use_llvm_cpu`); both switches restored after."""
+    cpu = torch._C._jit_can_fuse_on_cpu()
+    llvm = torch._C._jit_get_te_must_use_llvm_cpu()
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in (
+                torch._C._DisableTorchDispatch(),
+                torch._C.DisableTorchFunction(),
+                *modes,
+                torch.autocast("cpu", enabled=False),
+            ):
+                stack.enter_context(m)
+            torch._C._jit_override_can_fuse_on_cpu(True)
+            torch._C._jit_set_te_must_use_llvm_cpu(False)
+            yield
+    finally:
+        torch._C._jit_override_can_fuse_on_cpu(cpu)
+        torch._C._jit_set_te_must_use_llvm_cpu(llvm)
+
+
 _OPTIMIZED: dict = {}
 
 
@@ -340,19 +365,10 @@ def _fuses(fn, kind: str, profile: tuple, args: list, tensor_at: list) -> bool:
     if hit is not None:
         return hit
     result = False
-    cpu = torch._C._jit_can_fuse_on_cpu()
-    llvm = torch._C._jit_get_te_must_use_llvm_cpu()
     try:
         # (autocast off for the stand-ins: the autocast pass's casts, `_autocast_to_full_precision`,
         # are inside the GPU's group (the probe's graph) but keep NNC's CPU fuser from grouping)
-        with (
-            torch._C._DisableTorchDispatch(),
-            torch._C.DisableTorchFunction(),
-            torch.autocast("cuda", enabled=False),
-            torch.autocast("cpu", enabled=False),
-        ):
-            torch._C._jit_override_can_fuse_on_cpu(True)
-            torch._C._jit_set_te_must_use_llvm_cpu(False)
+        with _host_passes(torch.autocast("cuda", enabled=False)):
             _SET_STRATEGY([(kind, 1)])
             standin = torch._C._create_function_from_graph(
                 "vramscope_standin", _gpu_ops_as_cpu(fn.graph.copy())
@@ -368,8 +384,6 @@ def _fuses(fn, kind: str, profile: tuple, args: list, tensor_at: list) -> bool:
         # (a graph TorchScript's passes refuse on the stand-ins: left unfused, as before)
         result = False
     finally:
-        torch._C._jit_override_can_fuse_on_cpu(cpu)
-        torch._C._jit_set_te_must_use_llvm_cpu(llvm)
         _SET_STRATEGY([tuple(e) for e in _strategy[0]])
     _OPTIMIZED[key] = result
     return result
@@ -670,16 +684,8 @@ def _dg_build(fn, profile, args, tensor_at):
     """The DifferentiableGraph of `fn`'s plan for `profile` (host stand-ins, requires_grad as
     profiled, the call's autocast): a `_DG`, or None where the plan is not one node the twin
     models (one DG returning the function's one output, its inputs the function's)."""
-    cpu = torch._C._jit_can_fuse_on_cpu()
-    llvm = torch._C._jit_get_te_must_use_llvm_cpu()
     try:
-        with (
-            torch._C._DisableTorchDispatch(),
-            torch._C.DisableTorchFunction(),
-            torch.autocast("cpu", enabled=False),
-        ):
-            torch._C._jit_override_can_fuse_on_cpu(True)
-            torch._C._jit_set_te_must_use_llvm_cpu(False)
+        with _host_passes():
             standin = torch._C._create_function_from_graph("vramscope_standin", fn.graph.copy())
             outer = plan = None
             for r in range(3):
@@ -729,9 +735,6 @@ def _dg_build(fn, profile, args, tensor_at):
         return dg
     except Exception:
         return None
-    finally:
-        torch._C._jit_override_can_fuse_on_cpu(cpu)
-        torch._C._jit_set_te_must_use_llvm_cpu(llvm)
 
 
 def _no_grad_signature(t) -> tuple:
