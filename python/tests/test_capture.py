@@ -246,6 +246,47 @@ def test_numpy_of_a_cuda_tensor_raises_as_on_the_gpu():
             x.to_sparse().numpy(force=True)
 
 
+def test_printing_a_cuda_tensor_runs_torchs_formatter_on_the_device():
+    # torch/_tensor_str.py's `_Formatter` computes on the tensor's device (isfinite, ne,
+    # masked_select, abs, min, max, ceil, the scientific-notation tests; a summarized tensor's cat
+    # and stack) before `.tolist()`; the twin's repr allocated nothing. H100
+    # (validation/run/probes/oe81_api_corners_probe_h100.out, `repr` after a synchronize and a
+    # peak reset): a 4x4 and a 0-d fp32 randn, 21 allocations and a 3,072-byte peak; 4096x4096
+    # randn in fp32 and bf16 (summarized, values the twin does not carry), 28 and 3,584; 2,000
+    # int64 (randint), 1 and 512; nothing reserved
+    def printed(t):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        s0 = torch.cuda.memory_stats()
+        text = repr(t)
+        s1 = torch.cuda.memory_stats()
+        return (
+            text,
+            s1["allocation.all.allocated"] - s0["allocation.all.allocated"],
+            s1["allocated_bytes.all.peak"] - s0["allocated_bytes.all.peak"],
+            s1["reserved_bytes.all.current"] - s0["reserved_bytes.all.current"],
+        )
+
+    with vramscope.capture(gpu="h100"):
+        torch.manual_seed(0)
+        torch.zeros(1, device="cuda")
+        small = torch.randn(4, 4, device="cuda")
+        text, count, peak, reserved = printed(small)
+        assert (len(text), count, peak, reserved) == (201, 21, 3072, 0)
+        assert text.startswith("tensor([[") and text.endswith("device='cuda:0')")
+        assert printed(torch.randn((), device="cuda"))[1:] == (21, 3072, 0)
+        for dtype in (torch.float32, torch.bfloat16):
+            text, *counts = printed(torch.randn(4096, 4096, device="cuda", dtype=dtype))
+            assert counts == [28, 3584, 0]
+            assert text.startswith("tensor(..., device='cuda:0', size=(4096, 4096)")
+        text, *counts = printed(torch.randint(0, 10, (2000,), device="cuda"))
+        assert counts == [1, 512, 0] and text.endswith("device='cuda:0')") and "..." in text
+        # an f-string and str() of a CUDA tensor reach the same formatter
+        w = torch.ones(3, device="cuda", requires_grad=True) * 2
+        assert str(w) == f"{w}" == "tensor([2., 2., 2.], device='cuda:0', grad_fn=<MulBackward0>)"
+        assert f"{w.sum():.1f}" == "6.0"
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused
