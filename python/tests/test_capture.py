@@ -287,6 +287,54 @@ def test_printing_a_cuda_tensor_runs_torchs_formatter_on_the_device():
         assert f"{w.sum():.1f}" == "6.0"
 
 
+def test_a_cuda_device_past_the_device_count_fails_as_on_the_gpu():
+    # one GPU: `cuda:1` fails where a DeviceGuard sets it (`cudaSetDevice`, c10's CUDA check, whose
+    # 2.11 message carries get_cuda_error_help's line); torch/cuda/__init__.py's
+    # get_device_properties asserts the index. H100 (oe81_api_corners_probe_h100.out):
+    # `torch.empty(3, device="cuda:1")` and `set_device(1)` raise AcceleratorError "CUDA error:
+    # invalid device ordinal", `get_device_properties(1)` AssertionError "Invalid device id". The
+    # twin put every index on device 0
+    msg = (
+        "CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    )
+    with vramscope.capture(gpu="h100"):
+        x = torch.ones(4, device="cuda")
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for f in (
+            lambda: torch.empty(3, device="cuda:1"),
+            lambda: torch.randn(3, device=torch.device("cuda", 1)),
+            lambda: torch.zeros(3, device=1),
+            lambda: torch.tensor([1.0], device="cuda:1"),
+            lambda: x.to("cuda:1"),
+            lambda: x.to(1),
+            lambda: x.cuda(1),
+            lambda: x.cpu().to("cuda:1"),
+            lambda: torch.nn.Linear(2, 2).to("cuda:1"),
+            lambda: torch.cuda.set_device(1),
+            lambda: torch.cuda.device(1).__enter__(),
+        ):
+            with pytest.raises(torch.AcceleratorError) as e:
+                f()
+            assert str(e.value) == msg
+        for f in (
+            lambda: torch.cuda.get_device_properties(1),
+            lambda: torch.cuda.get_device_name(1),
+            lambda: torch.cuda.get_device_capability("cuda:1"),
+        ):
+            with pytest.raises(AssertionError, match=r"^Invalid device id$"):
+                f()
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+        # device 0, and the current device, as before
+        assert x.to("cuda:0") is x and torch.zeros(1, device="cuda:0").device == torch.device("cuda", 0)
+        assert torch.cuda.get_device_properties(0).name == torch.cuda.get_device_name("cuda:0")
+        torch.cuda.set_device(0)
+        with torch.cuda.device(0):
+            assert torch.empty(1, device=0).is_cuda
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused

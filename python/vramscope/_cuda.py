@@ -34,6 +34,7 @@ from . import (
     _threads,
     _triton,
 )
+from ._kernels.asserts import INVALID_DEVICE as _INVALID_DEVICE
 from ._tensor import CUDA0, PROGRAM_CUDA, contiguous_strides, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -439,7 +440,12 @@ def _set_device(cap, device) -> None:
     once (the CUDA runtime API's `cudaSetDevice`). The twin's context then starts here, so CPU
     tensors made after it are not laid out above it (driver address-space rule 11). A negative
     index is a no-op (torch/cuda/__init__.py)."""
-    if torch.cuda._get_device_index(device, optional=True) >= 0 and not cap.started:
+    index = torch.cuda._get_device_index(device, optional=True)
+    if index >= getattr(cap, "world", (1, 0))[0]:
+        # `cudaSetDevice` refuses an ordinal past the device count (c10's CUDA check: H100,
+        # oe81_api_corners_probe_h100.out, `set_device(1)` on one GPU)
+        raise torch.AcceleratorError(_INVALID_DEVICE)
+    if index >= 0 and not cap.started:
         cap.start()
 
 
@@ -466,14 +472,39 @@ def patch(cap) -> _Patch:
     p.set(cuda, "device_count", lambda: world)  # under --nproc, the node's GPUs
     p.set(cuda, "current_device", lambda: 0)
     p.set(cuda, "set_device", lambda device: _set_device(cap, device))
-    # `with torch.cuda.device(i)` (`device_of`, RNNBase.flatten_parameters): the one device stays current
-    p.set(cuda, "_exchange_device", lambda device: -1 if device < 0 else 0)
+
+    def exchange_device(device):
+        """`torch.cuda._exchange_device` (`with torch.cuda.device(i)`, `device_of`,
+        RNNBase.flatten_parameters): the one device stays current; an index past the device count
+        fails in `c10::cuda::ExchangeDevice`'s `cudaSetDevice` (c10's CUDA check), as `set_device`."""
+        if device < 0:
+            return -1
+        if device >= world:
+            raise torch.AcceleratorError(_INVALID_DEVICE)
+        return 0
+
+    def device_properties(device=None):
+        """`torch.cuda.get_device_properties` (and `get_device_name`, `get_device_capability`, which
+        call it): torch/cuda/__init__.py refuses an index outside the device count with
+        `AssertionError("Invalid device id")` (H100, oe81_api_corners_probe_h100.out: index 1 on one
+        GPU)."""
+        index = torch.cuda._get_device_index(device, optional=True)
+        if index < 0 or index >= world:
+            raise AssertionError("Invalid device id")
+        return props
+
+    p.set(cuda, "_exchange_device", exchange_device)
     p.set(cuda, "_maybe_exchange_device", lambda device: -1 if device < 0 else 0)
     p.set(cuda, "synchronize", lambda *a, **k: cap.synchronize())
     p.set(cuda, "ipc_collect", lambda *a, **k: None)
-    p.set(cuda, "get_device_name", lambda device=None: cap.device.name)
-    p.set(cuda, "get_device_capability", lambda device=None: cap.device.capability)
-    p.set(cuda, "get_device_properties", lambda device=None: props)
+    p.set(cuda, "get_device_name", lambda device=None: device_properties(device).name)
+
+    def device_capability(device=None):
+        device_properties(device)  # torch's refuses an index as `get_device_properties` does
+        return cap.device.capability
+
+    p.set(cuda, "get_device_capability", device_capability)
+    p.set(cuda, "get_device_properties", device_properties)
     p.set(cuda, "is_bf16_supported", lambda including_emulation=True: True)
     p.set(cuda, "get_arch_list", lambda: ["sm_90"])
     for owner in (cuda, cuda.streams):
