@@ -335,6 +335,25 @@ def test_a_cuda_device_past_the_device_count_fails_as_on_the_gpu():
             assert torch.empty(1, device=0).is_cuda
 
 
+def test_a_cuda_tensors_storage_is_on_the_gpu():
+    # `untyped_storage().device` of a CUDA tensor is its device, `is_cuda` true (H100,
+    # oe81_api_corners_probe_h100.out: cuda:0, True); the twin's read meta, and indexing it raised
+    # storage.py's "Not available for 'meta' device type". A byte read copies it to the host
+    # (Storage.cpp `storage_get`), allocating nothing (H100: byte 4 of arange(6.0)'s storage, 0)
+    with vramscope.capture(gpu="h100"):
+        x = torch.arange(6.0, device="cuda")
+        st = x.untyped_storage()
+        assert st.device == torch.device("cuda", 0) and st.is_cuda
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        assert st[4] == 0 and st[-1] == 0
+        with pytest.raises(IndexError, match=r"^index 30 out of range for storage of size 24$"):
+            st[30]
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # its values untouched
+        h = torch.arange(3.0)
+        assert h.untyped_storage().device.type == "cpu" and not h.untyped_storage().is_cuda
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused

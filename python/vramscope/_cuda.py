@@ -34,6 +34,7 @@ from . import (
     _threads,
     _triton,
 )
+from . import _tensor as _tensor_mod
 from ._kernels.asserts import INVALID_DEVICE as _INVALID_DEVICE
 from ._tensor import CUDA0, PROGRAM_CUDA, contiguous_strides, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
@@ -1143,6 +1144,8 @@ def patch(cap) -> _Patch:
     )
     p.set(torch._C, "_jit_set_fusion_strategy", _jit.set_fusion_strategy(torch._C._jit_set_fusion_strategy))
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
+    p.set(torch.UntypedStorage, "device", property(_storage_device(torch._C.StorageBase.device.__get__, cap)))
+    p.set(torch.UntypedStorage, "__getitem__", _storage_getitem(torch.UntypedStorage.__getitem__, cap))
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
     restored: dict = {}
@@ -1657,6 +1660,54 @@ def _storage_shared(original, cap):
         return original(self, *args, **kwargs)
 
     return shared
+
+
+def _simulated_storage(storage, cap) -> bool:
+    """Whether `storage` is a simulated one read from outside the twin's kernels (as `is_ours`
+    reads a tensor: PyTorch's meta kernels see the meta device)."""
+    return cap.active and storage._cdata in cap.storages and not _tensor_mod._kernel_here()
+
+
+def _storage_device(original, cap):
+    """`UntypedStorage.device` (and so `is_cuda`, `TypedStorage.device`) of a simulated storage:
+    the device its tensors read, cuda:0 (H100, oe81_api_corners_probe_h100.out:
+    `x.untyped_storage().device` of a CUDA tensor is cuda:0, `is_cuda` True; the twin's read meta)."""
+
+    def device(self):
+        if _simulated_storage(self, cap):
+            return CUDA0
+        return original(self)
+
+    return device
+
+
+def _storage_getitem(original, cap):
+    """`UntypedStorage[i]` of a simulated storage: one byte copied from the device (Storage.cpp
+    `storage_get`: `self_t[idx].item()` of a uint8 tensor over the storage, a copy to the host that
+    allocates nothing on the device). The twin keeps values by tensor, not by storage: it reads the
+    byte as zero, with a warning (H100, oe81_api_corners_probe_h100.out: byte 4 of `arange(6.0)`'s
+    storage, 0). A slice is the host's (a storage of the slice's bytes)."""
+
+    def getitem(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], int) and _simulated_storage(self, cap):
+            index, n = args[0], self.nbytes()
+            if index < 0:
+                index += n
+            if not 0 <= index < n:
+                # THPStorage_get's IndexError, with the index wrapped
+                raise IndexError(f"index {index} out of range for storage of size {n}")
+            from ._capture import _user_site
+
+            site = _user_site()
+            cap.warn_once(
+                "storage-byte:" + site,
+                f"{site}: reads a byte of a CUDA storage, whose values the twin keeps by tensor, not by "
+                "storage: it reads zero",
+            )
+            return 0
+        return original(self, *args, **kwargs)
+
+    return getitem
 
 
 def _storage_resize(original, cap):
