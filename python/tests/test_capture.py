@@ -350,6 +350,30 @@ def test_a_cuda_tensors_storage_is_on_the_gpu():
             st[30]
         assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
         assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # its values untouched
+        # torch.load's `_rebuild_tensor` makes an empty tensor on the storage's device, now cuda:0,
+        # and `set_`s it to the restored storage: `set_` writes no byte, so the storage's values
+        # stay known (they read as computed over stand-ins where `set_` marked the storage stale)
+        import io
+
+        from vramscope._tensor import assumed
+
+        buf = io.BytesIO()
+        torch.save({"x": x}, buf)
+        buf.seek(0)
+        y = torch.load(buf)["x"]
+        assert y.is_cuda and y.tolist() == x.tolist() and not assumed(y)
+        assert not assumed(x) and not assumed(x * 2)
+        # torch's own storage Python keeps the meta storage its paths are modelled on:
+        # `Tensor.__deepcopy__`'s `storage.clone()` builds on `storage.device` (a real CUDA storage
+        # there failed: "CUDA driver version is insufficient")
+        import copy
+        import warnings
+
+        z = copy.deepcopy(x)
+        assert z.untyped_storage().device.type == "cuda" and z.tolist() == x.tolist()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TypedStorage's deprecation
+            assert x.storage().device == torch.device("cuda", 0) and x.storage().is_cuda
         h = torch.arange(3.0)
         assert h.untyped_storage().device.type == "cpu" and not h.untyped_storage().is_cuda
 

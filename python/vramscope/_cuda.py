@@ -1145,6 +1145,15 @@ def patch(cap) -> _Patch:
     p.set(torch._C, "_jit_set_fusion_strategy", _jit.set_fusion_strategy(torch._C._jit_set_fusion_strategy))
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     p.set(torch.UntypedStorage, "device", property(_storage_device(torch._C.StorageBase.device.__get__, cap)))
+    p.set(
+        torch.UntypedStorage,
+        "is_cuda",
+        property(_storage_is_cuda(torch.UntypedStorage.is_cuda.fget, cap, False)),
+    )
+    p.set(torch.TypedStorage, "device", property(_typed_storage_device(torch.TypedStorage.device.fget, cap)))
+    p.set(
+        torch.TypedStorage, "is_cuda", property(_storage_is_cuda(torch.TypedStorage.is_cuda.fget, cap, True))
+    )
     p.set(torch.UntypedStorage, "__getitem__", _storage_getitem(torch.UntypedStorage.__getitem__, cap))
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
@@ -1662,19 +1671,60 @@ def _storage_shared(original, cap):
     return shared
 
 
+#: the files whose reads of a storage's device see the meta storage the twin models: torch's own
+#: (storage.py's `clone`, `_to`, `__str__`, torch.load's `_rebuild_tensor`, `Tensor.__deepcopy__`
+#: build on `storage.device`, which the twin's patches model on the meta device) and the twin's
+_STORAGE_INSIDERS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
+
+
 def _simulated_storage(storage, cap) -> bool:
     """Whether `storage` is a simulated one read from outside the twin's kernels (as `is_ours`
     reads a tensor: PyTorch's meta kernels see the meta device)."""
     return cap.active and storage._cdata in cap.storages and not _tensor_mod._kernel_here()
 
 
+def _program_reads(storage, cap) -> bool:
+    """Whether the caller two frames up, outside torch and the twin (the program, a library), reads
+    `storage` (an untyped one), a simulated storage: it reads as on the GPU."""
+    caller = sys._getframe(2).f_code.co_filename
+    return not caller.startswith(_STORAGE_INSIDERS) and _simulated_storage(storage, cap)
+
+
 def _storage_device(original, cap):
-    """`UntypedStorage.device` (and so `is_cuda`, `TypedStorage.device`) of a simulated storage:
-    the device its tensors read, cuda:0 (H100, oe81_api_corners_probe_h100.out:
-    `x.untyped_storage().device` of a CUDA tensor is cuda:0, `is_cuda` True; the twin's read meta)."""
+    """`UntypedStorage.device` of a simulated storage, read by the program: the device its tensors
+    read, cuda:0 (H100, oe81_api_corners_probe_h100.out: `x.untyped_storage().device` of a CUDA
+    tensor is cuda:0, `is_cuda` True; the twin's read meta). Torch's own Python keeps reading the
+    meta device (`_STORAGE_INSIDERS`)."""
 
     def device(self):
-        if _simulated_storage(self, cap):
+        if _program_reads(self, cap):
+            return CUDA0
+        return original(self)
+
+    return device
+
+
+def _storage_is_cuda(original, cap, typed: bool):
+    """`UntypedStorage.is_cuda` / `TypedStorage.is_cuda` (torch/storage.py reads `device.type`) of a
+    simulated storage, read by the program: True, as `_storage_device`."""
+
+    def is_cuda(self):
+        if _program_reads(self._untyped_storage if typed else self, cap):
+            return True
+        return original(self)
+
+    return is_cuda
+
+
+def _typed_storage_device(original, cap):
+    """`TypedStorage.device` (torch/storage.py: its untyped storage's) of a simulated storage, read
+    by the program: cuda:0, as `_storage_device`."""
+
+    def device(self):
+        if _program_reads(self._untyped_storage, cap):
             return CUDA0
         return original(self)
 
