@@ -6730,8 +6730,13 @@ def test_freeing_a_block_split_before_max_split_was_set_raises_the_cuda_error():
         del whole
         head = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
         torch.cuda.memory._set_allocator_settings("max_split_size_mb:150")
-        with pytest.raises(torch.AcceleratorError, match=r"^CUDA error: invalid argument"):
+        with pytest.raises(torch.AcceleratorError, match=r"^CUDA error: invalid argument") as e:
             torch.empty(800 * MIB, dtype=torch.uint8, device="cuda")
+        # c10's whole message (torch 2.11: get_cuda_error_help's line after the error, ok82)
+        assert str(e.value).splitlines()[1] == (
+            "Search for `cudaErrorInvalidValue' in "
+            "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information."
+        )
         stats = torch.cuda.memory_stats()
         assert stats["num_ooms"] == 0 and stats["num_device_free"] == 1
         assert torch.cuda.memory_reserved() == 300 * MIB
