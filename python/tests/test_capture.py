@@ -246,6 +246,138 @@ def test_numpy_of_a_cuda_tensor_raises_as_on_the_gpu():
             x.to_sparse().numpy(force=True)
 
 
+def test_printing_a_cuda_tensor_runs_torchs_formatter_on_the_device():
+    # torch/_tensor_str.py's `_Formatter` computes on the tensor's device (isfinite, ne,
+    # masked_select, abs, min, max, ceil, the scientific-notation tests; a summarized tensor's cat
+    # and stack) before `.tolist()`; the twin's repr allocated nothing. H100
+    # (validation/run/probes/oe81_api_corners_probe_h100.out, `repr` after a synchronize and a
+    # peak reset): a 4x4 and a 0-d fp32 randn, 21 allocations and a 3,072-byte peak; 4096x4096
+    # randn in fp32 and bf16 (summarized, values the twin does not carry), 28 and 3,584; 2,000
+    # int64 (randint), 1 and 512; nothing reserved
+    def printed(t):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        s0 = torch.cuda.memory_stats()
+        text = repr(t)
+        s1 = torch.cuda.memory_stats()
+        return (
+            text,
+            s1["allocation.all.allocated"] - s0["allocation.all.allocated"],
+            s1["allocated_bytes.all.peak"] - s0["allocated_bytes.all.peak"],
+            s1["reserved_bytes.all.current"] - s0["reserved_bytes.all.current"],
+        )
+
+    with vramscope.capture(gpu="h100"):
+        torch.manual_seed(0)
+        torch.zeros(1, device="cuda")
+        small = torch.randn(4, 4, device="cuda")
+        text, count, peak, reserved = printed(small)
+        assert (len(text), count, peak, reserved) == (201, 21, 3072, 0)
+        assert text.startswith("tensor([[") and text.endswith("device='cuda:0')")
+        assert printed(torch.randn((), device="cuda"))[1:] == (21, 3072, 0)
+        for dtype in (torch.float32, torch.bfloat16):
+            text, *counts = printed(torch.randn(4096, 4096, device="cuda", dtype=dtype))
+            assert counts == [28, 3584, 0]
+            assert text.startswith("tensor(..., device='cuda:0', size=(4096, 4096)")
+        text, *counts = printed(torch.randint(0, 10, (2000,), device="cuda"))
+        assert counts == [1, 512, 0] and text.endswith("device='cuda:0')") and "..." in text
+        # an f-string and str() of a CUDA tensor reach the same formatter
+        w = torch.ones(3, device="cuda", requires_grad=True) * 2
+        assert str(w) == f"{w}" == "tensor([2., 2., 2.], device='cuda:0', grad_fn=<MulBackward0>)"
+        assert f"{w.sum():.1f}" == "6.0"
+
+
+def test_a_cuda_device_past_the_device_count_fails_as_on_the_gpu():
+    # one GPU: `cuda:1` fails where a DeviceGuard sets it (`cudaSetDevice`, c10's CUDA check, whose
+    # 2.11 message carries get_cuda_error_help's line); torch/cuda/__init__.py's
+    # get_device_properties asserts the index. H100 (oe81_api_corners_probe_h100.out):
+    # `torch.empty(3, device="cuda:1")` and `set_device(1)` raise AcceleratorError "CUDA error:
+    # invalid device ordinal", `get_device_properties(1)` AssertionError "Invalid device id". The
+    # twin put every index on device 0
+    msg = (
+        "CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    )
+    with vramscope.capture(gpu="h100"):
+        x = torch.ones(4, device="cuda")
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for f in (
+            lambda: torch.empty(3, device="cuda:1"),
+            lambda: torch.randn(3, device=torch.device("cuda", 1)),
+            lambda: torch.zeros(3, device=1),
+            lambda: torch.tensor([1.0], device="cuda:1"),
+            lambda: x.to("cuda:1"),
+            lambda: x.to(1),
+            lambda: x.cuda(1),
+            lambda: x.cpu().to("cuda:1"),
+            lambda: torch.nn.Linear(2, 2).to("cuda:1"),
+            lambda: torch.cuda.set_device(1),
+            lambda: torch.cuda.device(1).__enter__(),
+        ):
+            with pytest.raises(torch.AcceleratorError) as e:
+                f()
+            assert str(e.value) == msg
+        for f in (
+            lambda: torch.cuda.get_device_properties(1),
+            lambda: torch.cuda.get_device_name(1),
+            lambda: torch.cuda.get_device_capability("cuda:1"),
+        ):
+            with pytest.raises(AssertionError, match=r"^Invalid device id$"):
+                f()
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+        # device 0, and the current device, as before
+        assert x.to("cuda:0") is x and torch.zeros(1, device="cuda:0").device == torch.device("cuda", 0)
+        assert torch.cuda.get_device_properties(0).name == torch.cuda.get_device_name("cuda:0")
+        torch.cuda.set_device(0)
+        with torch.cuda.device(0):
+            assert torch.empty(1, device=0).is_cuda
+
+
+def test_a_cuda_tensors_storage_is_on_the_gpu():
+    # `untyped_storage().device` of a CUDA tensor is its device, `is_cuda` true (H100,
+    # oe81_api_corners_probe_h100.out: cuda:0, True); the twin's read meta, and indexing it raised
+    # storage.py's "Not available for 'meta' device type". A byte read copies it to the host
+    # (Storage.cpp `storage_get`), allocating nothing (H100: byte 4 of arange(6.0)'s storage, 0)
+    with vramscope.capture(gpu="h100"):
+        x = torch.arange(6.0, device="cuda")
+        st = x.untyped_storage()
+        assert st.device == torch.device("cuda", 0) and st.is_cuda
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        assert st[4] == 0 and st[-1] == 0
+        with pytest.raises(IndexError, match=r"^index 30 out of range for storage of size 24$"):
+            st[30]
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # its values untouched
+        # torch.load's `_rebuild_tensor` makes an empty tensor on the storage's device, now cuda:0,
+        # and `set_`s it to the restored storage: `set_` writes no byte, so the storage's values
+        # stay known (they read as computed over stand-ins where `set_` marked the storage stale)
+        import io
+
+        from vramscope._tensor import assumed
+
+        buf = io.BytesIO()
+        torch.save({"x": x}, buf)
+        buf.seek(0)
+        y = torch.load(buf)["x"]
+        assert y.is_cuda and y.tolist() == x.tolist() and not assumed(y)
+        assert not assumed(x) and not assumed(x * 2)
+        # torch's own storage Python keeps the meta storage its paths are modelled on:
+        # `Tensor.__deepcopy__`'s `storage.clone()` builds on `storage.device` (a real CUDA storage
+        # there failed: "CUDA driver version is insufficient")
+        import copy
+        import warnings
+
+        z = copy.deepcopy(x)
+        assert z.untyped_storage().device.type == "cuda" and z.tolist() == x.tolist()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TypedStorage's deprecation
+            assert x.storage().device == torch.device("cuda", 0) and x.storage().is_cuda
+        h = torch.arange(3.0)
+        assert h.untyped_storage().device.type == "cpu" and not h.untyped_storage().is_cuda
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused
@@ -6607,8 +6739,13 @@ def test_freeing_a_block_split_before_max_split_was_set_raises_the_cuda_error():
         del whole
         head = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
         torch.cuda.memory._set_allocator_settings("max_split_size_mb:150")
-        with pytest.raises(torch.AcceleratorError, match=r"^CUDA error: invalid argument"):
+        with pytest.raises(torch.AcceleratorError, match=r"^CUDA error: invalid argument") as e:
             torch.empty(800 * MIB, dtype=torch.uint8, device="cuda")
+        # c10's whole message (torch 2.11: get_cuda_error_help's line after the error, ok82)
+        assert str(e.value).splitlines()[1] == (
+            "Search for `cudaErrorInvalidValue' in "
+            "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information."
+        )
         stats = torch.cuda.memory_stats()
         assert stats["num_ooms"] == 0 and stats["num_device_free"] == 1
         assert torch.cuda.memory_reserved() == 300 * MIB

@@ -1469,6 +1469,8 @@ class _FunctionMode(TorchFunctionMode):
                 self._call, func, args, kwargs, _names_the_host(args[1:], kwargs)
             )
         cap = self.cap
+        if kwargs or len(args) > 1:
+            _check_ordinal(cap, func, args, kwargs)
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
         handler = _kernels.FUNCTIONS.get(func)
@@ -1581,6 +1583,37 @@ class _FunctionMode(TorchFunctionMode):
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return torch.Tensor.to(args[0], "meta", **keep)
         return self._call(func, args, kwargs)
+
+
+def _cuda_index(dev):
+    """The CUDA device index a `device` argument names (an int is one: the current accelerator's);
+    None where it names none (the host, or `cuda` without an index)."""
+    if dev is None or isinstance(dev, bool):
+        return None
+    if isinstance(dev, int):
+        return dev
+    if isinstance(dev, str):
+        if not dev.startswith("cuda"):
+            return None
+        dev = torch.device(dev)
+    if isinstance(dev, torch.device) and dev.type == "cuda":
+        return dev.index
+    return None
+
+
+def _check_ordinal(cap, func, args, kwargs) -> None:
+    """A call naming a CUDA device past the device count (`cuda:1` on one GPU: a factory's `device`,
+    `to(device)`, `cuda(device)`) fails as on the GPU: its `DeviceGuard` sets the device,
+    `cudaSetDevice` refuses the ordinal and c10's CUDA check raises `torch.AcceleratorError` (H100,
+    oe81_api_corners_probe_h100.out: `torch.empty(3, device="cuda:1")`, "CUDA error: invalid device
+    ordinal"). The twin's tensors all live on device 0; under `--nproc N` the count is N."""
+    dev = kwargs.get("device") if kwargs else None
+    if dev is None and len(args) > 1 and getattr(func, "__name__", "") in ("to", "cuda"):
+        if not isinstance(args[1], torch.Tensor):
+            dev = args[1]
+    index = _cuda_index(dev)
+    if index is not None and index >= getattr(cap, "world", (1, 0))[0]:
+        raise torch.AcceleratorError(_kernels.INVALID_DEVICE)
 
 
 def _refuse_numpy(name, t, kwargs) -> None:
@@ -3873,6 +3906,10 @@ class Capture:
         """The exception of an allocation the allocator twin refused: `torch.OutOfMemoryError`, or
         `torch.AcceleratorError` where `malloc` hit a CUDA error while freeing cached blocks for
         room (`C10_CUDA_CHECK(cudaFree(..))`: "CUDA error: invalid argument")."""
+        if message.startswith("CUDA error: invalid argument\n"):
+            # c10's CUDA check as `cuda_error` words it: the native allocator's message
+            # (crates/alloc/src/error.rs `torch_message`) lacks 2.11's `get_cuda_error_help` line
+            return torch.AcceleratorError(_kernels.cuda_error("invalid argument", "cudaErrorInvalidValue"))
         if message.startswith("CUDA error: "):
             return torch.AcceleratorError(message)
         self.oom = message

@@ -34,6 +34,8 @@ from . import (
     _threads,
     _triton,
 )
+from . import _tensor as _tensor_mod
+from ._kernels.asserts import INVALID_DEVICE as _INVALID_DEVICE
 from ._tensor import CUDA0, PROGRAM_CUDA, contiguous_strides, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -439,7 +441,12 @@ def _set_device(cap, device) -> None:
     once (the CUDA runtime API's `cudaSetDevice`). The twin's context then starts here, so CPU
     tensors made after it are not laid out above it (driver address-space rule 11). A negative
     index is a no-op (torch/cuda/__init__.py)."""
-    if torch.cuda._get_device_index(device, optional=True) >= 0 and not cap.started:
+    index = torch.cuda._get_device_index(device, optional=True)
+    if index >= getattr(cap, "world", (1, 0))[0]:
+        # `cudaSetDevice` refuses an ordinal past the device count (c10's CUDA check: H100,
+        # oe81_api_corners_probe_h100.out, `set_device(1)` on one GPU)
+        raise torch.AcceleratorError(_INVALID_DEVICE)
+    if index >= 0 and not cap.started:
         cap.start()
 
 
@@ -466,14 +473,39 @@ def patch(cap) -> _Patch:
     p.set(cuda, "device_count", lambda: world)  # under --nproc, the node's GPUs
     p.set(cuda, "current_device", lambda: 0)
     p.set(cuda, "set_device", lambda device: _set_device(cap, device))
-    # `with torch.cuda.device(i)` (`device_of`, RNNBase.flatten_parameters): the one device stays current
-    p.set(cuda, "_exchange_device", lambda device: -1 if device < 0 else 0)
+
+    def exchange_device(device):
+        """`torch.cuda._exchange_device` (`with torch.cuda.device(i)`, `device_of`,
+        RNNBase.flatten_parameters): the one device stays current; an index past the device count
+        fails in `c10::cuda::ExchangeDevice`'s `cudaSetDevice` (c10's CUDA check), as `set_device`."""
+        if device < 0:
+            return -1
+        if device >= world:
+            raise torch.AcceleratorError(_INVALID_DEVICE)
+        return 0
+
+    def device_properties(device=None):
+        """`torch.cuda.get_device_properties` (and `get_device_name`, `get_device_capability`, which
+        call it): torch/cuda/__init__.py refuses an index outside the device count with
+        `AssertionError("Invalid device id")` (H100, oe81_api_corners_probe_h100.out: index 1 on one
+        GPU)."""
+        index = torch.cuda._get_device_index(device, optional=True)
+        if index < 0 or index >= world:
+            raise AssertionError("Invalid device id")
+        return props
+
+    p.set(cuda, "_exchange_device", exchange_device)
     p.set(cuda, "_maybe_exchange_device", lambda device: -1 if device < 0 else 0)
     p.set(cuda, "synchronize", lambda *a, **k: cap.synchronize())
     p.set(cuda, "ipc_collect", lambda *a, **k: None)
-    p.set(cuda, "get_device_name", lambda device=None: cap.device.name)
-    p.set(cuda, "get_device_capability", lambda device=None: cap.device.capability)
-    p.set(cuda, "get_device_properties", lambda device=None: props)
+    p.set(cuda, "get_device_name", lambda device=None: device_properties(device).name)
+
+    def device_capability(device=None):
+        device_properties(device)  # torch's refuses an index as `get_device_properties` does
+        return cap.device.capability
+
+    p.set(cuda, "get_device_capability", device_capability)
+    p.set(cuda, "get_device_properties", device_properties)
     p.set(cuda, "is_bf16_supported", lambda including_emulation=True: True)
     p.set(cuda, "get_arch_list", lambda: ["sm_90"])
     for owner in (cuda, cuda.streams):
@@ -1112,6 +1144,17 @@ def patch(cap) -> _Patch:
     )
     p.set(torch._C, "_jit_set_fusion_strategy", _jit.set_fusion_strategy(torch._C._jit_set_fusion_strategy))
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
+    p.set(torch.UntypedStorage, "device", property(_storage_device(torch._C.StorageBase.device.__get__, cap)))
+    p.set(
+        torch.UntypedStorage,
+        "is_cuda",
+        property(_storage_is_cuda(torch.UntypedStorage.is_cuda.fget, cap, False)),
+    )
+    p.set(torch.TypedStorage, "device", property(_typed_storage_device(torch.TypedStorage.device.fget, cap)))
+    p.set(
+        torch.TypedStorage, "is_cuda", property(_storage_is_cuda(torch.TypedStorage.is_cuda.fget, cap, True))
+    )
+    p.set(torch.UntypedStorage, "__getitem__", _storage_getitem(torch.UntypedStorage.__getitem__, cap))
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
     restored: dict = {}
@@ -1626,6 +1669,95 @@ def _storage_shared(original, cap):
         return original(self, *args, **kwargs)
 
     return shared
+
+
+#: the files whose reads of a storage's device see the meta storage the twin models: torch's own
+#: (storage.py's `clone`, `_to`, `__str__`, torch.load's `_rebuild_tensor`, `Tensor.__deepcopy__`
+#: build on `storage.device`, which the twin's patches model on the meta device) and the twin's
+_STORAGE_INSIDERS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
+
+
+def _simulated_storage(storage, cap) -> bool:
+    """Whether `storage` is a simulated one read from outside the twin's kernels (as `is_ours`
+    reads a tensor: PyTorch's meta kernels see the meta device)."""
+    return cap.active and storage._cdata in cap.storages and not _tensor_mod._kernel_here()
+
+
+def _program_reads(storage, cap) -> bool:
+    """Whether the caller two frames up, outside torch and the twin (the program, a library), reads
+    `storage` (an untyped one), a simulated storage: it reads as on the GPU."""
+    caller = sys._getframe(2).f_code.co_filename
+    return not caller.startswith(_STORAGE_INSIDERS) and _simulated_storage(storage, cap)
+
+
+def _storage_device(original, cap):
+    """`UntypedStorage.device` of a simulated storage, read by the program: the device its tensors
+    read, cuda:0 (H100, oe81_api_corners_probe_h100.out: `x.untyped_storage().device` of a CUDA
+    tensor is cuda:0, `is_cuda` True; the twin's read meta). Torch's own Python keeps reading the
+    meta device (`_STORAGE_INSIDERS`)."""
+
+    def device(self):
+        if _program_reads(self, cap):
+            return CUDA0
+        return original(self)
+
+    return device
+
+
+def _storage_is_cuda(original, cap, typed: bool):
+    """`UntypedStorage.is_cuda` / `TypedStorage.is_cuda` (torch/storage.py reads `device.type`) of a
+    simulated storage, read by the program: True, as `_storage_device`."""
+
+    def is_cuda(self):
+        if _program_reads(self._untyped_storage if typed else self, cap):
+            return True
+        return original(self)
+
+    return is_cuda
+
+
+def _typed_storage_device(original, cap):
+    """`TypedStorage.device` (torch/storage.py: its untyped storage's) of a simulated storage, read
+    by the program: cuda:0, as `_storage_device`."""
+
+    def device(self):
+        if _program_reads(self._untyped_storage, cap):
+            return CUDA0
+        return original(self)
+
+    return device
+
+
+def _storage_getitem(original, cap):
+    """`UntypedStorage[i]` of a simulated storage: one byte copied from the device (Storage.cpp
+    `storage_get`: `self_t[idx].item()` of a uint8 tensor over the storage, a copy to the host that
+    allocates nothing on the device). The twin keeps values by tensor, not by storage: it reads the
+    byte as zero, with a warning (H100, oe81_api_corners_probe_h100.out: byte 4 of `arange(6.0)`'s
+    storage, 0). A slice is the host's (a storage of the slice's bytes)."""
+
+    def getitem(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], int) and _simulated_storage(self, cap):
+            index, n = args[0], self.nbytes()
+            if index < 0:
+                index += n
+            if not 0 <= index < n:
+                # THPStorage_get's IndexError, with the index wrapped
+                raise IndexError(f"index {index} out of range for storage of size {n}")
+            from ._capture import _user_site
+
+            site = _user_site()
+            cap.warn_once(
+                "storage-byte:" + site,
+                f"{site}: reads a byte of a CUDA storage, whose values the twin keeps by tensor, not by "
+                "storage: it reads zero",
+            )
+            return 0
+        return original(self, *args, **kwargs)
+
+    return getitem
 
 
 def _storage_resize(original, cap):

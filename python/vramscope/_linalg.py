@@ -1099,7 +1099,7 @@ def _cholesky_solve(cap, func, args, kwargs):
     ):
         # the two working copies die in the unwinding, before the error reaches Python
         del a_copy, out
-        raise torch.AcceleratorError(cuda_error("invalid argument"))
+        raise torch.AcceleratorError(cuda_error("invalid argument", "cudaErrorInvalidValue"))
     del a_copy, infos
     return out
 

@@ -453,6 +453,40 @@ def _get_device(self):
 def _repr(self, *, tensor_contents=None):
     if not is_ours(self):
         return _ORIGINAL_REPR(self, tensor_contents=tensor_contents)
+    if self.layout is torch.strided:
+        # torch's own formatter over the simulated tensor, as `Tensor.__repr__` runs it
+        # (torch/_tensor_str.py `_str`: no_grad, functorch off), but under the twin's modes, which
+        # `_str`'s `_disable_current_modes()` would take off: on a CUDA tensor `_Formatter`
+        # computes on the device (isfinite, ne, masked_select, abs, min, max, ceil, div and the
+        # comparisons; a summarized tensor's cat and stack) before `.tolist()` copies to the host.
+        # H100 (oe81_api_corners_probe_h100.out): a 4x4 and a 0-d fp32 randn, 21 allocations and
+        # a 3,072-byte peak each; 2,000 int64, 1 and 512 (the summary's cat)
+        v = value(self)
+        lent = v is None and standin(self) is None and (self.is_floating_point() or self.is_complex())
+        if lent:
+            # no values: the formatter's branches (masked_select's count, the integer check's early
+            # break, the scientific-notation tests) take the elements as nonzero, finite, not
+            # integers and of one magnitude, as float data (a randn draw, activations, weights)
+            # is; one value lent for the print, any such one taking the same branches. H100: a
+            # 4096x4096 randn, fp32 and bf16, 28 allocations and a 3,584-byte peak each (the
+            # summary's 6 cats and its stack, then the formatter's 21 over its 36 elements);
+            # over zeros, masked_select's result was empty and the formatter stopped at 16
+            try:
+                one = torch.full((), 0.5 + 0.5j if self.is_complex() else 0.5, dtype=self.dtype)
+            except (RuntimeError, TypeError):  # a dtype the host cannot fill (the formatter's zeros then)
+                lent = False
+            else:
+                set_value(self, one.expand(self.shape))
+        try:
+            with torch.no_grad():
+                guard = torch._C._DisableFuncTorch()  # noqa: F841 (as `_str` holds it)
+                text = torch._tensor_str._str_intern(self, tensor_contents=tensor_contents)
+        finally:
+            if lent:
+                set_value(self, None)
+        if v is not None:
+            return text
+        # no values: the text says so (the formatter's would show the lent value)
     extra = ""
     if self.grad_fn is not None:
         extra = f", grad_fn=<{type(self.grad_fn).__name__}>"

@@ -35,7 +35,7 @@ from . import (
     spatial,
     storage,
 )
-from .asserts import DEVICE_ASSERT, INDEX_BOUNDS, cuda_error, index_out_of_range
+from .asserts import DEVICE_ASSERT, INDEX_BOUNDS, INVALID_DEVICE, cuda_error, index_out_of_range
 from .composite import _accumulate, dropout, linear, module_apply, prims_on_meta
 from .conv import (
     SAVED_PENDING,
@@ -78,6 +78,7 @@ __all__ = [
     "FUNCTIONS",
     "HOST_INDEX_LIMIT",
     "INDEX_BOUNDS",
+    "INVALID_DEVICE",
     "META_AUTOGRAD",
     "NAMED_DISPATCH",
     "NAMED_FUNCTIONS",

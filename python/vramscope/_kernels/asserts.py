@@ -38,11 +38,22 @@ INDEX_BOUNDS = {
 }
 
 
-def cuda_error(what: str) -> str:
-    """The message of c10's CUDA error check (`c10_cuda_check_implementation`) for the error `what`,
-    with its hints."""
+def cuda_error(what: str, name: str) -> str:
+    """The message of c10's CUDA error check (`c10_cuda_check_implementation`, c10/cuda/
+    CUDAException.cpp) for the error `what` (`cudaGetErrorString`) named `name` (`cudaGetErrorName`):
+    the error, `get_cuda_error_help`'s line (c10/cuda/CUDAMiscFunctions.cpp: one for
+    cudaErrorInvalidDevice, else where to look the name up), `get_cuda_check_suffix`'s two and the
+    device-side assertion hint. torch 2.11's libc10_cuda.so calls the help between the error string
+    and the suffix (its disassembly; the strings are the library's)."""
+    if name == "cudaErrorInvalidDevice":
+        help_line = "GPU device may be out of range, do you have enough GPUs?"
+    else:
+        help_line = (
+            f"Search for `{name}' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+            "for more information."
+        )
     return (
-        f"CUDA error: {what}\n"
+        f"CUDA error: {what}\n{help_line}\n"
         "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
         "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
@@ -50,7 +61,11 @@ def cuda_error(what: str) -> str:
 
 
 #: what CUDA reports after a kernel's failed assert (c10's CUDA error check and its hints)
-DEVICE_ASSERT = cuda_error("device-side assert triggered")
+DEVICE_ASSERT = cuda_error("device-side assert triggered", "cudaErrorAssert")
+#: `cudaSetDevice` of an index past the device count (c10's CUDA error check): a tensor made on or
+#: moved to `cuda:1`, `torch.cuda.set_device(1)` on one GPU (H100, oe81_api_corners_probe_h100.out:
+#: "AcceleratorError: CUDA error: invalid device ordinal")
+INVALID_DEVICE = cuda_error("invalid device ordinal", "cudaErrorInvalidDevice")
 
 
 def without_broadcast_dims(v: torch.Tensor) -> torch.Tensor:
