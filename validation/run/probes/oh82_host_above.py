@@ -7,7 +7,9 @@ and the phase figures each of those processes printed.
         bash validation/run/gpu_call.sh
 
 Runs SCRIPT in RUNS (default 3) processes at once through validation/va_host_built.py (MAX_SEGS=4: only
-the maps around the context's creation are needed), 80 s at most, then prints per process L - B in bytes
+the maps around the context's creation are needed), 80 s at most, each also dumping its whole memory
+history to HIST_DIR/history_oh82_<set prefix>_p<k>.pickle (HIST_DIR default: gpu_call.sh's /tmp/res/hist
+where it exists, else no history), then prints per process L - B in bytes
 (va_host_check.py's reading: B from the context's 5.92 MiB `nvidiactl` mapping at B + 122 MiB, L the low
 end of the lowest mapping above B before the context) and the script's own `phaseN ...: max allocated`
 lines. To hold against the twin: `VRAMSCOPE_HOST_ABOVE=<L - B bytes> GPU=h100 python
@@ -50,22 +52,44 @@ def l_minus_b(d):
     return f"{lowest[0] - b} bytes = {mib:.2f} MiB, mod 32: {mib % 32:.2f}{what}"
 
 
+def child(script, pickle_path):
+    """One process: va_host_built.py's run of SCRIPT, its memory history also dumped whole to
+    `pickle_path` (the same process's L - B and history, for block_diff.py --place against the twin
+    answered at that L - B)."""
+    import va_host_built
+
+    dump = va_host_built.dump
+
+    def dump_both():
+        dump()
+        torch = va_host_built.S["torch"]
+        if pickle_path and torch is not None and torch.cuda.is_initialized():
+            torch.cuda.memory._dump_snapshot(pickle_path)
+
+    va_host_built.dump = dump_both
+    sys.argv = [va_host_built.__file__, script]
+    va_host_built.main()
+
+
 def main():
+    if sys.argv[1] == "--child":
+        child(sys.argv[2], os.environ.get("HIST_PICKLE", ""))
+        return
     script = os.path.abspath(sys.argv[1])
     runs = int(os.environ.get("RUNS", "3"))
-    tool = os.path.join(HERE, "..", "..", "va_host_built.py")
+    # histories where gpu_call.sh gathers them (it xz-compresses $R/hist/*.pickle), else none
+    hist = os.environ.get("HIST_DIR", "/tmp/res/hist" if os.path.isdir("/tmp/res/hist") else "")
+    name = os.path.basename(script).split("_")[0]
     tmp = tempfile.mkdtemp()
     env = dict(os.environ, MAX_SEGS="4", PYTHONUNBUFFERED="1")
     procs = []
     for k in range(runs):
         out = open(os.path.join(tmp, f"p{k}.out"), "w")
         e = dict(env, OUT=os.path.join(tmp, f"p{k}"))
-        procs.append(
-            (
-                subprocess.Popen([sys.executable, tool, script], stdout=out, stderr=subprocess.STDOUT, env=e),
-                out,
-            )
-        )
+        if hist:
+            e["HIST_PICKLE"] = os.path.join(hist, f"history_oh82_{name}_p{k}.pickle")
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", script]
+        procs.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=e), out))
     for p, out in procs:
         try:
             p.wait(timeout=80)
