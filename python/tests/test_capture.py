@@ -7888,6 +7888,31 @@ x = torch.randn(16, 4, 32, device="cuda", requires_grad=True)"""
     assert _after_first_backward(tmp_script, tmp_path, setup, "y, _ = gru(x)") == [0]
 
 
+@pytest.mark.parametrize(
+    ("section", "taken"),
+    [("fwd2", [4, 5]), ("fwd6", [4, 5]), ("bwd2", [5]), ("attn2", [4])],
+)
+def test_a_cudnn_handle_s_driver_pieces_fill_holes_2_mib_at_a_time(section, taken):
+    # ob80_cudnn_handle_pieces_probe_h100.out (session 80, read in session 82): twelve 2 MiB placements
+    # listed before and after each event show what the driver took. The main thread's first cuDNN
+    # handle (a conv2d's forward, after other kernels and a `.item()`'s page-locked buffer) takes 8 MiB
+    # (free -8 MiB): a 2 MiB hole and 6 MiB of the next (fwd2: "+0 +850 ... +870" then "+856 ... +878"),
+    # a 4 MiB hole and 4 (fwd4), a 6 MiB hole and 2 (fwd6: "+0 +2 +4 +822 ..." then "+824 ..."): four
+    # 2 MiB pieces placed as 2 MiB segments are (`_capture.CUDNN_PLAN_PIECES` before the handle's
+    # own 2 MiB). The autograd thread's first cuDNN call takes 10 MiB at a convolution's backward
+    # (fwd2: "+866 ... +888"; bwd2, its 2 MiB hole first: "+0 +1178 ..." then "+1186 ...") and 8 MiB at
+    # an attention backward (attn2: "+0 +1178 ..." then "+1184 ..."): five and four 2 MiB pieces
+    # (`CUDNN_THREAD_PIECES`). Here through ol82_cudnn_pieces_pool_probe.py, whose placements are 2 MiB
+    # segments of a MemPool: each event takes the first k of the twelve placements listed before it
+    script = ROOT / "validation" / "run" / "probes" / "ol82_cudnn_pieces_pool_probe.py"
+    status, lines, _, err = run_script(script, section)
+    assert status == 0, err
+    events = [[int(o) for o in line.rsplit(": ", 1)[1].split()] for line in lines if line.startswith("  ")]
+    assert len(events) == len(taken) + 1
+    for before, after, k in zip(events[:-1], events[1:], taken, strict=True):
+        assert after[: 12 - k] == before[k:], (section, before, after)
+
+
 def _above_second_segment(tmp_script, tmp_path, body):
     """MiB from the second 20 MiB segment up to a 24 MiB one made after `body`, which runs after a
     context, a cuBLAS GEMM, a pointwise kernel and two 20 MiB segments (`validation/va_pinned`'s
