@@ -975,9 +975,13 @@ ASSERT_BUFFER = 8_650_752
 #: in the next (free memory lower by all of them); docs/driver-placement.md, "Session 82"
 DRIVER_PIECE = 2 << 20
 #: the pieces the main thread's first cuDNN handle made by a plan (a convolution's, cuDNN attention's)
-#: takes after other kernels before its own 2 MiB and page-locked buffer (`Runtime::cudnn_handle_driver`):
-#: 8 MiB in all where a page-locked buffer exists (ob80's fwd2, fwd4 and fwd6: free -8 MiB, four 2 MiB
-#: pieces; ng79_cudnn_thread_probe_h100.out: +0..+8 of a 12 MiB hole)
+#: takes after other kernels before its own 2 MiB (`Runtime::cudnn_handle_driver`) where the driver's
+#: page-locked small-block buffer is mapped already (an `.item()` before): 8 MiB in all (ob80's fwd2,
+#: fwd4 and fwd6: free -8 MiB, four 2 MiB pieces; ng79_cudnn_thread_probe_h100.out: +0..+8 of a 12 MiB
+#: hole; na79_kept_chunk_probe_h100.out's conv2d: its hole's last 2 MiB, free -8 MiB). Where the handle
+#: maps that buffer itself it takes its 2 MiB and the buffer alone: blind303/kr04's H100 maps (the
+#: buffer directly over the 2 MiB), validation/run/07's H100 record (allocated 524,288 under it from
+#: phase 1 with the pieces there too)
 CUDNN_PLAN_PIECES = 3
 #: the pieces the autograd engine's thread's first cuDNN call of any kind takes (its cuDNN handle:
 #: `getCudnnHandle` makes one per thread), and one more where that call is a convolution's backward:
@@ -3957,9 +3961,9 @@ class Capture:
     def cudnn_plan(self) -> None:
         """A cuDNN graph-API plan (a convolution's, cuDNN attention's) is built next: cuDNN's
         libraries load where they have not (rule 9), and where it makes the process's first cuDNN
-        handle after other kernels the driver takes `CUDNN_PLAN_PIECES` 2 MiB pieces before the
-        handle's own (rule 18: `Runtime::cudnn_plan_pieces`)."""
-        before, after = CUDNN_PLAN_PIECES, 0
+        handle after other kernels, the driver's page-locked buffer mapped already, the driver takes
+        `CUDNN_PLAN_PIECES` 2 MiB pieces before the handle's own (rule 18: `Runtime::cudnn_plan_pieces`)."""
+        before, after = (CUDNN_PLAN_PIECES if self.pinned.small_mapped else 0), 0
         trial = os.environ.get("VRAMSCOPE_CUDNN_PLAN_PIECES")
         if trial:
             before, after = (int(v) for v in trial.split(","))

@@ -4,12 +4,13 @@ ol82_cudnn_pieces_pool_probe's way (a held (512 - H) MiB segment makes an H MiB 
 twelve 2 MiB small-pool segments of a fresh MemPool, in address order, as offsets in MiB from the hole
 segment's end, and the change of `mem_get_info`'s free); on a GPU each event also lists the `/dev/zero`
 mappings (the driver's page-locked buffers) made since the last event, by their offsets. The twin's rule 18
-(session 82) answers: nobuf2 takes 3 pieces, the handle's 2 MiB and its buffer (10 MiB of places, 8 of
-free memory on the GPU if the buffer is host memory); rnn2's backward 2 pieces; bn2's backward 4; rnnfwd2's
-forward 1 (an RNN's handle after other kernels, the buffer mapped by the `.item()`).
+(session 82) answers: nobuf2's forward takes the handle's 2 MiB and its buffer (4 MiB of places; the three
+pieces more only where the buffer was mapped before, from validation/run/07's record), its backward 5
+pieces; rnn2's backward 2 pieces; bn2's backward 4; rnnfwd2's `.cuda()` 1 (an RNN's handle after other
+kernels, the buffer mapped by the `.item()`).
   nobuf2: no `.item()` before: the conv2d forward makes the first cuDNN handle and its page-locked buffer:
-      where the buffer lies among the device pieces (the hole's 2 MiB is the first piece's), and whether
-      free memory drops by 8 or 10 MiB;
+      how many places it takes (4 MiB, or 10 as ob80's 8 and the buffer), where the buffer lies among them,
+      and whether free memory drops by 2 or 8 MiB;
   rnn2: a cuDNN GRU's forward first, then the hole, then its backward (the autograd thread's first cuDNN
       call an RNN's: the twin takes 4 MiB from blind312/la03's record, the probe's attention 8);
   bn2: a BatchNorm2d (cuDNN) forward first, then the hole, then its backward (the thread's first cuDNN
