@@ -8034,6 +8034,31 @@ x = torch.randn(16, 4, 32, device="cuda", requires_grad=True)"""
     assert _after_first_backward(tmp_script, tmp_path, setup, "y, _ = gru(x)") == [0]
 
 
+@pytest.mark.parametrize(
+    ("section", "taken"),
+    [("fwd2", [4, 5]), ("fwd6", [4, 5]), ("bwd2", [5]), ("attn2", [4])],
+)
+def test_a_cudnn_handle_s_driver_pieces_fill_holes_2_mib_at_a_time(section, taken):
+    # ob80_cudnn_handle_pieces_probe_h100.out (session 80, read in session 82): twelve 2 MiB placements
+    # listed before and after each event show what the driver took. The main thread's first cuDNN
+    # handle (a conv2d's forward, after other kernels and a `.item()`'s page-locked buffer) takes 8 MiB
+    # (free -8 MiB): a 2 MiB hole and 6 MiB of the next (fwd2: "+0 +850 ... +870" then "+856 ... +878"),
+    # a 4 MiB hole and 4 (fwd4), a 6 MiB hole and 2 (fwd6: "+0 +2 +4 +822 ..." then "+824 ..."): four
+    # 2 MiB pieces placed as 2 MiB segments are (`_capture.CUDNN_PLAN_PIECES` before the handle's
+    # own 2 MiB). The autograd thread's first cuDNN call takes 10 MiB at a convolution's backward
+    # (fwd2: "+866 ... +888"; bwd2, its 2 MiB hole first: "+0 +1178 ..." then "+1186 ...") and 8 MiB at
+    # an attention backward (attn2: "+0 +1178 ..." then "+1184 ..."): five and four 2 MiB pieces
+    # (`CUDNN_THREAD_PIECES`). Here through ol82_cudnn_pieces_pool_probe.py, whose placements are 2 MiB
+    # segments of a MemPool: each event takes the first k of the twelve placements listed before it
+    script = ROOT / "validation" / "run" / "probes" / "ol82_cudnn_pieces_pool_probe.py"
+    status, lines, _, err = run_script(script, section)
+    assert status == 0, err
+    events = [[int(o) for o in line.rsplit(": ", 1)[1].split()] for line in lines if line.startswith("  ")]
+    assert len(events) == len(taken) + 1
+    for before, after, k in zip(events[:-1], events[1:], taken, strict=True):
+        assert after[: 12 - k] == before[k:], (section, before, after)
+
+
 def _above_second_segment(tmp_script, tmp_path, body):
     """MiB from the second 20 MiB segment up to a 24 MiB one made after `body`, which runs after a
     context, a cuBLAS GEMM, a pointwise kernel and two 20 MiB segments (`validation/va_pinned`'s
@@ -8187,9 +8212,11 @@ def test_a_cudnn_handle_s_page_locked_buffer_is_the_item_s_buffer():
     # `.item()` mapped a 2 MiB /dev/zero buffer, its first cuDNN convolution none; blind303/kr04's:
     # the first cuDNN attention mapped one, its later `.item()`s none)
     # without it: the handle's 2 MiB and its buffer at 500 and 502; with it: the `.item()`'s buffer at
-    # 500, the handle's 2 MiB at 502, no other buffer
+    # 500, the plan's three 2 MiB pieces and the handle's 2 MiB at 502 to 508 (ob80's probe, session
+    # 82), no other buffer (one would fill the 12 MiB hole)
     assert _item_then_small_segments(False, cudnn=True) == ([504, 506], 0)
-    assert _item_then_small_segments(True, cudnn=True) == ([504, 506], 1)
+    new, allocs = _item_then_small_segments(True, cudnn=True)
+    assert (new[0], allocs) == (510, 1)
 
 
 def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):

@@ -428,7 +428,7 @@ def cudnn_forward(cap, func, args, kwargs):
     # its first cuDNN call); the plan is built before its workspace is known: cuDNN's engines load
     # (rule 9)
     cap.cudnn_thread_handle()
-    cap.device.cudnn_plan()
+    cap.cudnn_plan()
     ws = cap.malloc(fwd, op, "workspace")
     del ws
     return tuple(w)

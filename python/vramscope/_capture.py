@@ -969,13 +969,31 @@ _ITEM_BUFFER = os.environ.get("VRAMSCOPE_ITEM_BUFFER", "1") != "0"
 #: docs/driver-placement.md rule 19)
 ASSERT_BUFFER = 8_650_752
 
-#: what the driver takes for good at the autograd engine's thread's first cuDNN call of any kind (its
-#: cuDNN handle: `getCudnnHandle` makes one per thread), placed as a segment is (rules 2, 1 and 3): rule
-#: 18's figures for a later cuDNN handle (2 MiB and a 2 MiB page-locked buffer) as one placement.
-#: Measured on the H100 (ng79_cudnn_thread_probe_h100.out: an attention backward and a convolution
-#: backward each fill the 4 MiB left in the newest chunk's hole, an attention backward after the
-#: convolution's takes nothing); docs/driver-placement.md, "The autograd thread's first cuDNN call"
-CUDNN_THREAD_PIECE = 4 << 20
+#: the driver's device memory at a cuDNN handle after the process's first kernels grows 2 MiB at a
+#: time, each piece placed for good as a 2 MiB segment is (rules 2, 1 and 3): ob80_cudnn_handle_pieces_
+#: probe_h100.out, whose pieces fill a 2, 4 or 6 MiB hole of the newest chunk from its low end and go on
+#: in the next (free memory lower by all of them); docs/driver-placement.md, "Session 82"
+DRIVER_PIECE = 2 << 20
+#: the pieces the main thread's first cuDNN handle made by a plan (a convolution's, cuDNN attention's)
+#: takes after other kernels before its own 2 MiB (`Runtime::cudnn_handle_driver`) where the driver's
+#: page-locked small-block buffer is mapped already (an `.item()` before): 8 MiB in all (ob80's fwd2,
+#: fwd4 and fwd6: free -8 MiB, four 2 MiB pieces; ng79_cudnn_thread_probe_h100.out: +0..+8 of a 12 MiB
+#: hole; na79_kept_chunk_probe_h100.out's conv2d: its hole's last 2 MiB, free -8 MiB). Where the handle
+#: maps that buffer itself it takes its 2 MiB and the buffer alone: blind303/kr04's H100 maps (the
+#: buffer directly over the 2 MiB), validation/run/07's H100 record (allocated 524,288 under it from
+#: phase 1 with the pieces there too)
+CUDNN_PLAN_PIECES = 3
+#: the pieces the autograd engine's thread's first cuDNN call of any kind takes (its cuDNN handle:
+#: `getCudnnHandle` makes one per thread), and one more where that call is a convolution's backward:
+#: ob80's attn2 (an attention backward, free -8 MiB: a 2 MiB hole filled, 6 MiB in the next) and bwd2,
+#: bwd4, fwd2, fwd4, fwd6 (a convolution's backward, free -10 MiB, a 2 or 4 MiB hole filled first)
+CUDNN_THREAD_PIECES = 4
+CUDNN_THREAD_PIECES_CONV_BACKWARD = 5
+#: an RNN's backward as that first call (`_cudnn_rnn_backward_input`'s handle): 4 MiB, not the probe's
+#: 8 (no probe has measured it): blind312/la03 (a cuDNN GRU, no other cuDNN op in its backward) reads
+#: all six H100 phases with 4 MiB, and its reserved is 2 MiB under the H100's from phase 1 with 8 MiB
+#: (session 82) as with none (session 80)
+CUDNN_THREAD_PIECES_RNN_BACKWARD = 2
 
 #: ops whose CUDA kernels are compiled with a device-side assert (`CUDA_KERNEL_ASSERT`): `Reduce.cuh`'s
 #: `ReduceOp` (every `gpu_reduce_kernel` reduction), the bounds checks of the index, gather/scatter,
@@ -3477,8 +3495,8 @@ class Capture:
         self.blas_made = 0
         #: the cuBLAS handles created so far, as the native device keys them: (thread, handle)
         self.blas_created: set[tuple] = set()
-        #: whether the autograd engine's thread made its cuDNN handle (its driver piece,
-        #: `CUDNN_THREAD_PIECE`, `cudnn_thread_handle`)
+        #: whether the autograd engine's thread made its cuDNN handle (its driver pieces,
+        #: `CUDNN_THREAD_PIECES`, `cudnn_thread_handle`)
         self.cudnn_thread_piece = False
         #: TunableOp's results this program tuned, (op signature, params signature) -> kernel, in
         #: the order tuned (`TuningResultsManager::Add`; `torch.cuda.tunable.get_results` lists them)
@@ -3964,16 +3982,29 @@ class Capture:
             return "autograd"
         return "main"
 
-    def cudnn_thread_handle(self) -> None:
+    def cudnn_thread_handle(self, pieces: int = CUDNN_THREAD_PIECES) -> None:
         """A cuDNN op is at its `getCudnnHandle()` (a convolution's forward or backward, cuDNN
         attention's, a cuDNN batch norm's backward, an RNN's backward): on the autograd engine's
         thread, its first makes that thread's handle (the pool's handles are per thread:
-        DeviceThreadHandles.h), and the driver takes `CUDNN_THREAD_PIECE` for good (address space
-        only; measured on the H100: ng79_cudnn_thread_probe_h100.out). The program's thread's own
-        handle is rule 18's (`cudnn_plan`, `cudnn_rnn`)."""
+        DeviceThreadHandles.h), and the driver takes `pieces` 2 MiB pieces for good (measured on the
+        H100: `CUDNN_THREAD_PIECES`, `CUDNN_THREAD_PIECES_CONV_BACKWARD`,
+        `CUDNN_THREAD_PIECES_RNN_BACKWARD`). The program's thread's own handle is rule 18's
+        (`cudnn_plan`, `cudnn_rnn`)."""
         if self.thread() != "main" and not self.cudnn_thread_piece:
             self.cudnn_thread_piece = True
-            self.device.pinned_alloc(CUDNN_THREAD_PIECE)
+            for _ in range(pieces):
+                self.device.driver_piece(DRIVER_PIECE)
+
+    def cudnn_plan(self) -> None:
+        """A cuDNN graph-API plan (a convolution's, cuDNN attention's) is built next: cuDNN's
+        libraries load where they have not (rule 9), and where it makes the process's first cuDNN
+        handle after other kernels, the driver's page-locked buffer mapped already, the driver takes
+        `CUDNN_PLAN_PIECES` 2 MiB pieces before the handle's own (rule 18: `Runtime::cudnn_plan_pieces`)."""
+        before, after = (CUDNN_PLAN_PIECES if self.pinned.small_mapped else 0), 0
+        trial = os.environ.get("VRAMSCOPE_CUDNN_PLAN_PIECES")
+        if trial:
+            before, after = (int(v) for v in trial.split(","))
+        self.device.cudnn_plan(before, after)
 
     def blas_handle(self) -> int:
         """The cuBLAS handle of the current thread. Each host thread's pool window reserves one on

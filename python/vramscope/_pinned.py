@@ -30,6 +30,10 @@ def block_size(nbytes: int) -> int:
     return 1 << (nbytes - 1).bit_length() if nbytes > 1 else nbytes
 
 
+#: the driver's page-locked buffer that blocks of this size or less share (rule 16)
+_DRIVER_BUFFER = 2 << 20
+
+
 class _Carved:
     """The address of a block carved from the reserve segment (not laid out on its own)."""
 
@@ -81,6 +85,8 @@ class PinnedHost:
         #: when `pinned_reserve_segment_size_mb` is set then); None before or without one
         self.reserve_left: int | None = None
         self.reserve_made = False
+        #: whether a block of 2 MiB or less was laid out: the driver's small-block buffer exists
+        self.small_mapped = False
 
     def allocate(self, cap, storage) -> None:
         """`storage` (a CPU storage the program asked to be page-locked) takes a block until it
@@ -167,7 +173,13 @@ class PinnedHost:
             return None
         # (a native module built before rule 16 lays out none)
         alloc = getattr(cap.device, "pinned_alloc", None)
-        return alloc(size) if cap.started and alloc is not None else None
+        if not (cap.started and alloc is not None):
+            return None
+        if size <= _DRIVER_BUFFER:
+            # one of the driver's 2 MiB small-block buffers is mapped now (rule 16), which a cuDNN
+            # handle made later then does not map (rule 18: `Capture.cudnn_plan`)
+            self.small_mapped = True
+        return alloc(size)
 
     def empty_cache(self, cap) -> None:
         """`torch._C._host_emptyCache()`: every free block goes back to the driver, but those carved

@@ -974,8 +974,10 @@ def _cudnn_rnn_backward(cap, func, args, kwargs):
     ws_bytes = (entry.get("backward_workspace", 0) if entry else 0) or 0
 
     # _cudnn_rnn_backward_input: `getCudnnHandle()` first (cudnn/RNN.cpp), the autograd thread's
-    # first cuDNN call takes the driver's piece
-    cap.cudnn_thread_handle()
+    # first cuDNN call takes the driver's pieces
+    from ._capture import CUDNN_THREAD_PIECES_RNN_BACKWARD
+
+    cap.cudnn_thread_handle(CUDNN_THREAD_PIECES_RNN_BACKWARD)
     x_c = _copy_unless_contiguous(cap, p.time_major(x), op)
     dy_c = _copy_unless_contiguous(cap, p.time_major(grad_output), op)
     dx = cap.track(_empty(x.shape, x.dtype, p.batch_first), op)

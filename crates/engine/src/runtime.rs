@@ -393,6 +393,11 @@ const PTXJIT_SPAN: u64 = 39_448_576;
 const CUDNN_RNN_DRIVER_FIRST: u64 = 6 * 1024 * 1024;
 /// See [`CUDNN_RNN_DRIVER_FIRST`].
 const CUDNN_RNN_DRIVER_LATER: u64 = 2 * 1024 * 1024;
+/// The driver's device memory at a cuDNN handle after other kernels grows
+/// 2 MiB at a time, each piece placed as a 2 MiB segment is
+/// (`validation/run/probes/ob80_cudnn_handle_pieces_probe_h100.out`: the
+/// pieces fill a 2, 4 or 6 MiB hole from its low end and go on in the next).
+const DRIVER_PIECE: u64 = 2 * 1024 * 1024;
 
 /// The span of triton 3.6.0's `libtriton.so` (its LOAD segments, `readelf
 /// -l`, to the page): the loader maps it whole, page aligned. The H200's
@@ -1248,13 +1253,40 @@ impl Runtime {
     /// after the graph library and before the engines (measured: blind303/kr04's
     /// H100 maps, `validation/run/probes/mw78_kr04_assert_buffer_probe_h100.out`).
     pub fn cudnn_plan(&self) {
+        self.cudnn_plan_pieces(0, 0);
+    }
+
+    /// [`Self::cudnn_plan`], where the plan makes the process's first cuDNN
+    /// handle after other kernels, with `before` and `after` more
+    /// [`DRIVER_PIECE`]s of the driver's (each placed as a 2 MiB segment:
+    /// [`Self::driver_piece`]) before and after the handle's own
+    /// ([`Self::cudnn_handle_driver`]).
+    pub fn cudnn_plan_pieces(&self, before: u32, after: u32) {
         let first_handle = !std::mem::replace(&mut self.st.borrow_mut().cudnn_handle, true);
         if first_handle {
             self.load_cudnn(&[CudnnLibrary::Graph]);
             let fresh = self.st.borrow().alloc.device().kernels_pending();
+            for _ in 0..if fresh { 0 } else { before } {
+                self.driver_piece(DRIVER_PIECE);
+            }
             self.cudnn_handle_driver(fresh);
+            for _ in 0..if fresh { 0 } else { after } {
+                self.driver_piece(DRIVER_PIECE);
+            }
         }
         self.load_cudnn(&CUDNN_PLAN_LIBRARIES);
+    }
+
+    /// The driver takes `len` bytes of address space for good, placed as a
+    /// segment is (`SimDevice::driver_map`: rules 2, 1 and 3): one of the
+    /// pieces it takes at a cuDNN handle (driver address-space rule 18; the
+    /// autograd thread's: `Capture.cudnn_thread_handle`). Its address, or
+    /// `None` on a device started after the first kernels.
+    pub fn driver_piece(&self, len: u64) -> Option<u64> {
+        let mut st = self.st.borrow_mut();
+        let addr = st.alloc.device_mut().driver_map(len)?;
+        st.note_host(HostEvent::Driver(addr, len));
+        Some(addr)
     }
 
     /// A CPU tensor [`Runtime::host_malloc`] mapped is freed: glibc unmaps

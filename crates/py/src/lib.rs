@@ -356,8 +356,20 @@ impl Device {
     /// A cuDNN plan (a convolution's, cuDNN attention's) is built next:
     /// cuDNN's libraries load where they have not (driver address-space
     /// rule 9).
-    fn cudnn_plan(&self) {
-        self.p.runtime().cudnn_plan();
+    ///
+    /// Where it makes the process's first cuDNN handle after other kernels,
+    /// the driver takes `before` and `after` 2 MiB pieces more, before and
+    /// after the handle's own (`Runtime::cudnn_plan_pieces`).
+    #[pyo3(signature = (before = 0, after = 0))]
+    fn cudnn_plan(&self, before: u32, after: u32) {
+        self.p.runtime().cudnn_plan_pieces(before, after);
+    }
+
+    /// The driver takes `len` bytes of address space for good, placed as a
+    /// segment is (a piece of a cuDNN handle's, driver address-space rule
+    /// 18): its address, or None.
+    fn driver_piece(&self, len: u64) -> Option<u64> {
+        self.p.runtime().driver_piece(len)
     }
 
     /// A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`) is

@@ -281,8 +281,10 @@ def _conv_workspace(cap, op, conv) -> None:
         )
         return
     # `raw_cudnn_convolution_*_out` (cudnn/Conv_v8.cpp) gets its handle before any plan: on the
-    # autograd thread (a convolution's backward) its first cuDNN call takes the driver's piece
-    cap.cudnn_thread_handle()
+    # autograd thread (a convolution's backward) its first cuDNN call takes the driver's pieces
+    from .._capture import CUDNN_THREAD_PIECES, CUDNN_THREAD_PIECES_CONV_BACKWARD
+
+    cap.cudnn_thread_handle(CUDNN_THREAD_PIECES if op == "forward" else CUDNN_THREAD_PIECES_CONV_BACKWARD)
     timed = _benchmark_first_call(cap, op, name, conv) if torch.backends.cudnn.benchmark else None
     key = _benchmark_cache_key(cap, op, name, conv)
     # a search halved after an out-of-memory timed only the plans whose workspace fits the halved
@@ -291,7 +293,7 @@ def _conv_workspace(cap, op, conv) -> None:
     if bound is not None and timed is not None and timed > bound:
         timed = None
     # the plan is built before its workspace is known: cuDNN's engines load
-    cap.device.cudnn_plan()
+    cap.cudnn_plan()
     problem = (op, name, list(x.shape), list(w.shape), stride, padding, dilation, groups)
     layout = {"transposed": transposed, "output_padding": out_pad, "channels_last": cl}
     nbytes = cap.device.conv_workspace(*problem, **layout) if timed is None else timed
@@ -1256,7 +1258,7 @@ def _cudnn_fused(cap, func, args, kwargs):
             )
             _conv_workspace(cap, "forward", conv)
         elif measured:
-            cap.device.cudnn_plan()
+            cap.cudnn_plan()
             oom = cap.oom
             try:
                 ws = cap.malloc(measured, str(func._schema.name), "workspace")
@@ -1272,7 +1274,7 @@ def _cudnn_fused(cap, func, args, kwargs):
             else:
                 del ws
         else:
-            cap.device.cudnn_plan()
+            cap.cudnn_plan()
         del zeros
     del x_c, w_c, z_c
     return out
