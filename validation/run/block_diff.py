@@ -62,6 +62,17 @@ def round_size(n):
     return 512 if n < 512 else (n + 511) // 512 * 512
 
 
+def segment_size(size):
+    """`get_allocation_size` (CUDACachingAllocator.cpp): the segment a rounded request that fits no
+    free block makes."""
+    mib = 1 << 20
+    if size <= mib:
+        return 2 * mib
+    if size < 10 * mib:
+        return 20 * mib
+    return (size + 2 * mib - 1) // (2 * mib) * (2 * mib)
+
+
 class Segments:
     """A trace's segments as they stand: start -> size, the starts in order, and each segment's
     number in the order the segments were made."""

@@ -21,18 +21,9 @@ import bisect
 import json
 import sys
 
-from block_diff import load_trace, replay, round_size
+from block_diff import load_trace, replay, round_size, segment_size
 
 MB = 1 << 20
-
-
-def segment_size(size):
-    """`get_allocation_size`: the segment a request that fits no free block makes."""
-    if size <= MB:
-        return 2 * MB
-    if size < 10 * MB:
-        return 20 * MB
-    return (size + 2 * MB - 1) // (2 * MB) * (2 * MB)
 
 
 class Allocator:

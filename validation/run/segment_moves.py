@@ -30,18 +30,9 @@ import bisect
 import random
 import sys
 
-from block_diff import load_trace, round_size
+from block_diff import load_trace, round_size, segment_size
 
 MIB = 1 << 20
-
-
-def segment_size(size):
-    """`get_allocation_size` for a rounded request."""
-    if size <= MIB:
-        return 2 * MIB
-    if size < 10 * MIB:
-        return 20 * MIB
-    return (size + 2 * MIB - 1) // (2 * MIB) * (2 * MIB)
 
 
 class Block:
