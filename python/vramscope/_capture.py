@@ -3924,10 +3924,6 @@ class Capture:
         """The exception of an allocation the allocator twin refused: `torch.OutOfMemoryError`, or
         `torch.AcceleratorError` where `malloc` hit a CUDA error while freeing cached blocks for
         room (`C10_CUDA_CHECK(cudaFree(..))`: "CUDA error: invalid argument")."""
-        if message.startswith("CUDA error: invalid argument\n"):
-            # c10's CUDA check as `cuda_error` words it: the native allocator's message
-            # (crates/alloc/src/error.rs `torch_message`) lacks 2.11's `get_cuda_error_help` line
-            return torch.AcceleratorError(_kernels.cuda_error("invalid argument", "cudaErrorInvalidValue"))
         if message.startswith("CUDA error: "):
             return torch.AcceleratorError(message)
         self.oom = message

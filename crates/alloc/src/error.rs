@@ -36,6 +36,19 @@ const CUDA_CHECK_HINTS: &str = "\nCUDA kernel errors might be asynchronously rep
      so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n\
      Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n";
 
+/// `get_cuda_error_help`'s line for an error the allocator meets (c10/cuda/CUDAMiscFunctions.cpp:
+/// where to look the error's `cudaGetErrorName` up; torch 2.11's libc10_cuda.so puts it between the
+/// error string and the check's hints).
+fn cuda_error_help(error: &str) -> Option<String> {
+    let name = match error {
+        "invalid argument" => "cudaErrorInvalidValue",
+        _ => return None,
+    };
+    Some(format!(
+        "Search for `{name}' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information."
+    ))
+}
+
 /// The link PyTorch 2.11 ends the message with.
 const MEMORY_MANAGEMENT_DOCS: &str = "  See documentation for Memory Management  \
      (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
@@ -51,7 +64,10 @@ impl OutOfMemory {
     /// process on the device (the H100 plan fixtures read 9 MiB under it).
     pub fn torch_message(&self) -> String {
         if let Some(e) = self.cuda_error {
-            return format!("CUDA error: {e}{CUDA_CHECK_HINTS}");
+            let help = cuda_error_help(e)
+                .map(|h| format!("\n{h}"))
+                .unwrap_or_default();
+            return format!("CUDA error: {e}{help}{CUDA_CHECK_HINTS}");
         }
         if let Some(a) = &self.malloc_async {
             return a.message(self.device_total, self.device_free);
@@ -134,6 +150,26 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     /// The shape of the H100's messages in `fixtures/plan/wholecard_plan_h100.jsonl`.
+    #[test]
+    fn a_cuda_errors_message_is_c10s_check_with_its_help_line() {
+        let e = OutOfMemory {
+            alloc_size: GIB,
+            device_total: 80 * GIB,
+            device_free: 14 * GIB,
+            allowed: None,
+            allocated_bytes: 0,
+            reserved_bytes: 0,
+            malloc_async: None,
+            cuda_error: Some("invalid argument"),
+        };
+        assert!(e.torch_message().starts_with(
+            "CUDA error: invalid argument\nSearch for `cudaErrorInvalidValue' in \
+             https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n\
+             CUDA kernel errors might be asynchronously reported"
+        ));
+        assert_eq!(e.to_string(), "CUDA error: invalid argument");
+    }
+
     #[test]
     fn torch_message_has_the_process_and_the_link() {
         let oom = OutOfMemory {
