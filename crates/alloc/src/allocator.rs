@@ -2735,7 +2735,7 @@ mod tests {
         assert_eq!(e.to_string(), "CUDA error: invalid argument");
         assert!(e
             .torch_message()
-            .starts_with("CUDA error: invalid argument\nCUDA kernel errors"));
+            .starts_with("CUDA error: invalid argument\nSearch for `cudaErrorInvalidValue' in "));
         // counted and traced before the failing cudaFree, nothing else changed
         assert_eq!(a.stats().num_device_free, frees + 1);
         assert_eq!(a.stats().num_ooms, 0);
